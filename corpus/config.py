@@ -1,0 +1,149 @@
+"""Customer files: one YAML per customer, validated into typed models.
+
+A customer file is the only thing a new customer needs; every stage reads its settings from
+here. Errors name the file, the field and the reason, because the person reading them is
+editing YAML, not Python.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+Domain = Literal["web", "finance", "legal", "email", "code"]
+NAME_PATTERN = re.compile(r"^[a-z0-9-]+$")
+
+
+class CustomerConfigError(ValueError):
+    """A customer file that cannot be used, with the file, field and reason in the message."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalSource(_Strict):
+    type: Literal["local"]
+    path: str
+    include: list[str] = Field(default_factory=lambda: ["**/*"])
+    exclude: list[str] = Field(default_factory=list)
+    name: str | None = None
+
+
+class S3Source(_Strict):
+    type: Literal["s3"]
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    include: list[str] = Field(default_factory=lambda: ["**/*"])
+    exclude: list[str] = Field(default_factory=list)
+    access_key_env: str | None = None
+    secret_key_env: str | None = None
+    name: str | None = None
+
+
+class GitHubSource(_Strict):
+    type: Literal["github"]
+    url: str
+    branch: str = "main"
+    token_env: str | None = None
+    include: list[str] = Field(default_factory=lambda: ["**/*"])
+    exclude: list[str] = Field(default_factory=list)
+    name: str | None = None
+
+
+class WebSource(_Strict):
+    type: Literal["web"]
+    seeds: list[str] = Field(min_length=1)
+    allow_hosts: list[str] = Field(default_factory=list)
+    max_pages: int = Field(default=500, ge=1)
+    max_depth: int = Field(default=5, ge=0)
+    rate_limit_per_s: float = Field(default=2.0, gt=0)
+    allow_private: bool = False
+    use_sitemap: bool = True
+    user_agent: str = "SearchsmithBot/0.1"
+    name: str | None = None
+
+
+Source = Annotated[LocalSource | S3Source | GitHubSource | WebSource, Field(discriminator="type")]
+
+
+class ChunkingConfig(_Strict):
+    """`size_tokens` None means the embedding model's own window, so dense vectors see whole chunks."""
+
+    size_tokens: int | None = Field(default=None, ge=16)
+    overlap_tokens: int = Field(default=32, ge=0)
+    max_bytes: int = Field(default=16_384, ge=256)
+
+
+class CorpusLimits(_Strict):
+    max_document_bytes: int = Field(default=20_000_000, ge=1)
+    resync_retrain_share: float = Field(default=0.2, ge=0, le=1)
+
+
+class CustomerConfig(_Strict):
+    model_config = ConfigDict(extra="allow")  # later stages add their own sections
+
+    name: str
+    domain: Domain = "web"
+    schedule: str = "0 3 * * *"
+    sources: list[Source] = Field(min_length=1)
+    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
+    limits: CorpusLimits = Field(default_factory=CorpusLimits)
+    # Folder that relative paths resolve against: the customer file's folder.
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_partition_key(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError("must match [a-z0-9-]+ (it is the Dagster partition key)")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_is_cron(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError("must be a five-field cron expression, e.g. '0 3 * * *'")
+        return value
+
+    def resolve(self, path: str) -> Path:
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else (self.base_dir / candidate).resolve()
+
+
+def _format_errors(path: Path, error: ValidationError) -> str:
+    lines = [f"{path}: invalid customer file"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  - {field}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_customer(data: object, path: Path) -> CustomerConfig:
+    if not isinstance(data, dict):
+        raise CustomerConfigError(f"{path}: expected a YAML mapping at the top level")
+    try:
+        config = CustomerConfig.model_validate(data)
+    except ValidationError as error:
+        raise CustomerConfigError(_format_errors(path, error)) from None
+    config.base_dir = path.resolve().parent
+    return config
+
+
+def load_customer(path: str | Path) -> CustomerConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CustomerConfigError(f"{path}: customer file not found") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CustomerConfigError(f"{path}: not valid YAML: {error}") from None
+    return parse_customer(data, path)

@@ -1,0 +1,92 @@
+"""Where customer files are found: the `customers/` folder plus files registered by `customers add`.
+
+Registered files are remembered by absolute path (not copied), so relative source paths keep
+resolving against the folder the customer file lives in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus.config import CustomerConfig, CustomerConfigError, load_customer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def searchsmith_home() -> Path:
+    return Path(os.environ.get("SEARCHSMITH_HOME", "./.searchsmith")).expanduser().resolve()
+
+
+def customers_dir() -> Path:
+    configured = os.environ.get("SEARCHSMITH_CUSTOMERS_DIR")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    local = Path.cwd() / "customers"
+    return local.resolve() if local.is_dir() else REPO_ROOT / "customers"
+
+
+@dataclass(frozen=True)
+class RegistryProblem:
+    path: Path
+    reason: str
+
+
+class CustomerRegistry:
+    def __init__(self, home: Path | None = None, folder: Path | None = None):
+        self.home = home or searchsmith_home()
+        self.folder = folder or customers_dir()
+        self.index_path = self.home / "customers.json"
+
+    def _registered(self) -> dict[str, str]:
+        if not self.index_path.exists():
+            return {}
+        return json.loads(self.index_path.read_text())
+
+    def _candidate_files(self) -> list[Path]:
+        files = sorted(self.folder.glob("*.yaml")) + sorted(self.folder.glob("*.yml")) if self.folder.is_dir() else []
+        files += [Path(p) for p in self._registered().values()]
+        return files
+
+    def scan(self) -> tuple[dict[str, CustomerConfig], list[RegistryProblem]]:
+        """All valid customers by name, and every file that could not be used (never dropped silently)."""
+        found: dict[str, CustomerConfig] = {}
+        problems: list[RegistryProblem] = []
+        for path in self._candidate_files():
+            try:
+                config = load_customer(path)
+            except CustomerConfigError as error:
+                problems.append(RegistryProblem(path, str(error)))
+                continue
+            if config.name in found and found[config.name].base_dir != config.base_dir:
+                problems.append(RegistryProblem(path, f"customer name {config.name!r} is already defined elsewhere"))
+                continue
+            found.setdefault(config.name, config)
+        return found, problems
+
+    def customers(self) -> dict[str, CustomerConfig]:
+        return self.scan()[0]
+
+    def get(self, name: str) -> CustomerConfig:
+        customers, problems = self.scan()
+        if name in customers:
+            return customers[name]
+        hint = "; ".join(p.reason for p in problems)
+        known = ", ".join(sorted(customers)) or "none"
+        raise CustomerConfigError(f"unknown customer {name!r} (known: {known})" + (f"; unusable files: {hint}" if hint else ""))
+
+    def add(self, path: str | Path) -> CustomerConfig:
+        path = Path(path).resolve()
+        config = load_customer(path)
+        registered = self._registered()
+        existing = registered.get(config.name)
+        if existing and Path(existing) != path and Path(existing).exists():
+            raise CustomerConfigError(f"{path}: customer {config.name!r} is already registered from {existing}")
+        registered[config.name] = str(path)
+        self.index_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.index_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(registered, indent=2, sort_keys=True))
+        tmp.replace(self.index_path)
+        return config

@@ -1,0 +1,70 @@
+"""Local folder source: include/exclude globs, change detection by size + mtime, then content hash.
+
+Size and mtime decide whether to read a file at all (cheap stat), and the content hash decides
+whether it really changed, so a `touch` does not count as a change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from corpus.sources.base import Failed, Fetched, PreviousItem, ScanEvent, SourceError, Unchanged, content_version, glob_match
+
+
+class LocalConnector:
+    def __init__(self, root: Path, include: list[str], exclude: list[str], source_key: str, max_bytes: int):
+        self.root = root
+        self.include = include
+        self.exclude = exclude
+        self.source_key = source_key
+        self.max_bytes = max_bytes
+
+    def _files(self) -> Iterator[Path]:
+        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if path.is_symlink():
+                    continue  # never follow links out of the source folder
+                relative = path.relative_to(self.root).as_posix()
+                if glob_match(relative, self.include, self.exclude):
+                    yield path
+
+    def scan(self, previous: Mapping[str, PreviousItem]) -> Iterator[ScanEvent]:
+        if not self.root.is_dir():
+            raise SourceError(f"local source {self.root} is not a folder")
+        for path in self._files():
+            relative = path.relative_to(self.root).as_posix()
+            uri = relative  # relative, so moving the folder does not make every document new
+            try:
+                stat = path.stat()
+            except OSError as error:
+                yield Failed(uri, f"cannot stat: {error}")
+                continue
+            fingerprint = f"{stat.st_size}:{stat.st_mtime_ns}"
+            known = previous.get(uri)
+            if known and known.validators.get("stat") == fingerprint:
+                yield Unchanged(uri, known.version, {"stat": fingerprint})
+                continue
+            if stat.st_size > self.max_bytes:
+                yield Failed(uri, f"over the size limit ({stat.st_size} > {self.max_bytes} bytes)")
+                continue
+            try:
+                data = path.read_bytes()
+            except OSError as error:
+                yield Failed(uri, f"cannot read: {error}")
+                continue
+            version = content_version(data)
+            if known and known.version == version:
+                yield Unchanged(uri, version, {"stat": fingerprint})
+                continue
+            yield Fetched(
+                uri=uri,
+                version=version,
+                data=data,
+                name=relative,
+                validators={"stat": fingerprint},
+                metadata={"path": str(path)},
+            )
