@@ -35,7 +35,8 @@ def build_connector(source, customer: CustomerConfig, work_dir) -> Connector:
         from corpus.sources.github import GitHubConnector
 
         url = source.url
-        if url.startswith("file://./") or url.startswith("file://../"):
+        if url.startswith("file://") and not url.startswith("file:///"):
+            # `file://..` in a customer file: relative to the customer file's folder.
             url = customer.resolve(url[len("file://") :]).as_uri()
         return GitHubConnector(source.model_copy(update={"url": url}), key, max_bytes, work_dir)
     if isinstance(source, WebSource):
