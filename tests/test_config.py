@@ -1,0 +1,73 @@
+from pathlib import Path
+
+import pytest
+
+from corpus.config import CustomerConfigError, load_customer
+from corpus.registry import CustomerRegistry
+
+VALID = """
+name: acme
+domain: finance
+schedule: "0 4 * * *"
+sources:
+  - {type: local, path: ./docs, include: ["**/*.md"], exclude: []}
+  - {type: s3, bucket: b, prefix: docs/, endpoint_url: "http://127.0.0.1:8333"}
+  - {type: github, url: "https://github.com/org/repo.git", branch: main, token_env: GITHUB_TOKEN}
+  - {type: web, seeds: ["https://example.com/docs/"], allow_hosts: [example.com], max_pages: 500, allow_private: false}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "acme.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_design_example_loads_and_resolves_relative_paths(tmp_path):
+    config = load_customer(write(tmp_path, VALID))
+    assert config.name == "acme" and config.domain == "finance"
+    assert [s.type for s in config.sources] == ["local", "s3", "github", "web"]
+    assert config.resolve("./docs") == (tmp_path / "docs").resolve()
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        (VALID.replace("name: acme", "name: Acme_Corp"), "name"),
+        (VALID.replace("domain: finance", "domain: medicine"), "domain"),
+        (VALID.replace('"0 4 * * *"', '"daily"'), "schedule"),
+        (VALID.replace("type: s3,", "type: ftp,"), "sources.1"),
+        (VALID.replace("bucket: b, ", ""), "sources.1.s3.bucket"),
+    ],
+)
+def test_errors_name_file_and_field(tmp_path, text, field):
+    path = write(tmp_path, text)
+    with pytest.raises(CustomerConfigError) as error:
+        load_customer(path)
+    message = str(error.value)
+    assert str(path) in message and field in message
+
+
+def test_not_yaml_and_missing_file(tmp_path):
+    with pytest.raises(CustomerConfigError, match="not valid YAML"):
+        load_customer(write(tmp_path, "name: [unclosed"))
+    with pytest.raises(CustomerConfigError, match="not found"):
+        load_customer(tmp_path / "absent.yaml")
+
+
+def test_registry_finds_folder_and_added_files(tmp_path):
+    folder = tmp_path / "customers"
+    folder.mkdir()
+    write(folder, VALID)
+    write(folder, "name: [broken", "broken.yaml")
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    extra = write(elsewhere, VALID.replace("name: acme", "name: beta"), "beta.yaml")
+    registry = CustomerRegistry(home=tmp_path / "home", folder=folder)
+    registry.add(extra)
+    customers, problems = registry.scan()
+    assert sorted(customers) == ["acme", "beta"]
+    assert [p.path.name for p in problems] == ["broken.yaml"]
+    assert customers["beta"].base_dir == elsewhere.resolve()
+    with pytest.raises(CustomerConfigError, match="unknown customer 'gamma'"):
+        registry.get("gamma")

@@ -1,0 +1,77 @@
+"""The Dagster layer with real resources: materialize, validate, and the CLI's JSON contract."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.corpus_assets import chunks, raw_documents
+from orchestration.definitions import build_definitions
+from orchestration.partitions import customers_partitions
+from orchestration.resources import ArtifactStoreResource, CustomersResource
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "orchestration.cli"]
+
+
+@pytest.fixture
+def customer(tmp_path):
+    folder = tmp_path / "customers"
+    (folder / "docs").mkdir(parents=True)
+    for i in range(3):
+        (folder / "docs" / f"d{i}.md").write_text(f"# Page {i}\n\nSentence about item {i}. " * 5)
+    (folder / "docs" / "bad.txt").write_bytes(b"\x00\x01")
+    (folder / "acme.yaml").write_text("name: acme\nsources:\n  - {type: local, path: ./docs}\n")
+    return folder
+
+
+def test_definitions_load_with_expected_keys():
+    defs = build_definitions()
+    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"raw_documents", "chunks"} <= keys
+    assert defs.resolve_job_def("corpus_resync") is not None
+
+
+def test_materialize_with_real_resources(customer, tmp_path, searchsmith_home):
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(customers_partitions.name, ["acme"])
+    resources = {
+        "store": ArtifactStoreResource(location=str(tmp_path / "artifacts")),
+        "customers": CustomersResource(folder=str(customer), home=str(searchsmith_home)),
+    }
+    assets = [raw_documents, chunks]
+    result = dg.materialize(assets, resources=resources, partition_key="acme", instance=instance)
+    assert result.success
+    docs = result.asset_materializations_for_node("raw_documents")[0].metadata
+    assert docs["added"].value == 3 and docs["quarantined"].value == 1
+    assert (tmp_path / "artifacts" / "acme" / "corpus" / "chunks.parquet").exists()
+    again = dg.materialize(assets, resources=resources, partition_key="acme", instance=instance)
+    metadata = again.asset_materializations_for_node("raw_documents")[0].metadata
+    assert metadata["unchanged"].value == 3 and metadata["added"].value == 0
+
+
+def test_dagster_definitions_validate():
+    dagster = Path(sys.executable).parent / "dagster"
+    result = subprocess.run([str(dagster), "definitions", "validate", "-w", "workspace.yaml"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_cli_json_contract(customer, searchsmith_home):
+    env = {**os.environ, "SEARCHSMITH_CUSTOMERS_DIR": str(customer)}
+    listed = subprocess.run([*CLI, "customers", "list", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(listed.stdout)["customers"] == ["acme"]
+    synced = subprocess.run([*CLI, "sync", "acme", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    payload = json.loads(synced.stdout)  # exactly one JSON object on stdout
+    for key in ("added", "changed", "deleted", "unchanged", "quarantined", "chunks"):
+        assert isinstance(payload[key], int)
+    assert payload["added"] == 3 and payload["quarantined"] == 1 and payload["chunks"] >= 3
+    # The run is recorded in the persistent instance, so it shows in the UI.
+    instance = dg.DagsterInstance.from_config(str(searchsmith_home / "dagster"))
+    assert any(run.job_name == "corpus_resync" for run in instance.get_runs())
+    unknown = subprocess.run([*CLI, "sync", "nobody", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert unknown.returncode == 1 and "unknown customer" in json.loads(unknown.stdout)["error"]

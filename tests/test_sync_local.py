@@ -1,0 +1,125 @@
+"""Incremental sync over a real folder: exactly the changed inputs are processed, nothing is lost."""
+
+import polars as pl
+import pytest
+
+import corpus.sync as sync_module
+from corpus.chunk_sync import ChunkerSettings, sync_chunks
+from corpus.sources.local import LocalConnector
+from corpus.sync import sync_sources
+from retrieval.embedding_model import load_token_offsets
+from tests.support.files import make_eml, make_mbox, make_pdf
+
+SETTINGS = ChunkerSettings(64, 8, 16_384, "all-MiniLM-L6-v2")
+
+
+@pytest.fixture
+def parse_calls(monkeypatch):
+    calls: list[str] = []
+    original = sync_module.parse_bytes
+
+    def counting(data, name, *args, **kwargs):
+        calls.append(name)
+        return original(data, name, *args, **kwargs)
+
+    monkeypatch.setattr(sync_module, "parse_bytes", counting)
+    return calls
+
+
+def make_corpus(root):
+    root.mkdir(exist_ok=True)
+    for i in range(6):
+        (root / f"doc{i}.md").write_text(f"# Doc {i}\n\n" + f"Fact number {i} is about topic {i}. " * 20)
+    (root / "sub").mkdir(exist_ok=True)
+    (root / "sub" / "code.py").write_text("def answer():\n    return 42\n")
+
+
+def connector(root, max_bytes=1_000_000):
+    return LocalConnector(root, ["**/*"], ["**/*.skip"], "local:corpus", max_bytes)
+
+
+def test_resync_processes_exactly_the_three_changes(tmp_path, parse_calls):
+    root = tmp_path / "corpus"
+    make_corpus(root)
+    tokenizer = load_token_offsets()
+    first = sync_sources([connector(root)], None, "web")
+    assert first.counts.added == 7 and first.counts.quarantined == 0
+    chunks1 = sync_chunks(first.documents, None, tokenizer, SETTINGS).chunks
+
+    (root / "doc1.md").write_text("# Doc 1\n\nCompletely rewritten.")
+    (root / "doc2.md").unlink()
+    (root / "doc9.md").write_text("# Doc 9\n\nBrand new.")
+    (root / "doc3.md").touch()  # mtime changes, content does not
+    parse_calls.clear()
+    second = sync_sources([connector(root)], first.documents, "web")
+    counts = second.counts.as_dict()
+    assert (counts["added"], counts["changed"], counts["deleted"], counts["unchanged"]) == (1, 1, 1, 5)
+    assert sorted(parse_calls) == ["doc1.md", "doc9.md"]  # the touched file is read, hashed, not reparsed
+
+    chunks2 = sync_chunks(second.documents, chunks1, tokenizer, SETTINGS)
+    assert chunks2.rechunked_docs == 2
+    unchanged_ids = second.documents.filter(~pl.col("doc_id").is_in(second.touched_doc_ids) & ~pl.col("deleted"))["doc_id"]
+    before = chunks1.filter(pl.col("doc_id").is_in(unchanged_ids.to_list())).sort("chunk_id")["chunk_id"].to_list()
+    after = chunks2.chunks.filter(pl.col("doc_id").is_in(unchanged_ids.to_list())).sort("chunk_id")["chunk_id"].to_list()
+    assert before == after and before
+    deleted = second.documents.filter(pl.col("deleted"))
+    assert deleted["uri"].to_list() == ["doc2.md"] and deleted["text"].to_list() == [""]
+    assert not chunks2.chunks.filter(pl.col("doc_id").is_in(deleted["doc_id"].to_list())).height
+
+
+def test_bad_input_corpus_every_file_is_a_document_or_quarantined(tmp_path):
+    root = tmp_path / "bad"
+    root.mkdir()
+    files = {
+        "ok.md": b"# Fine\n\nGood text.",
+        "page.html": b"<html><head><title>T</title></head><body><p>" + b"Readable paragraph of text. " * 10 + b"</p></body></html>",
+        "report.pdf": make_pdf("Revenue grew."),
+        "truncated.pdf": make_pdf("Revenue grew.")[:-60],
+        "mail.eml": make_eml("Hello", "Body text"),
+        "box.mbox": make_mbox([("A", "first"), ("B", "second")]),
+        "binary.dat": bytes(range(256)) * 4,
+        "latin1.txt": "café olé".encode("latin-1"),
+        "empty.txt": b"",
+        "huge.txt": b"x" * 5000,
+        "ignored.skip": b"excluded by glob",
+    }
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    result = sync_sources([connector(root, max_bytes=4000)], None, "web")
+    documents = set(result.documents["uri"].to_list())
+    quarantined = dict(zip(result.quarantine["uri"].to_list(), result.quarantine["reason"].to_list()))
+    assert documents == {"ok.md", "page.html", "report.pdf", "mail.eml", "box.mbox"}
+    assert set(quarantined) == {"truncated.pdf", "binary.dat", "latin1.txt", "empty.txt", "huge.txt"}
+    assert all(reason for reason in quarantined.values())
+    assert "size limit" in quarantined["huge.txt"] and "truncated" in quarantined["truncated.pdf"]
+    assert result.documents.filter(pl.col("uri") == "box.mbox").height == 2
+
+    # A rerun retries quarantined inputs: fix one, and it comes in.
+    (root / "latin1.txt").write_text("café olé")
+    rerun = sync_sources([connector(root, max_bytes=4000)], result.documents, "web")
+    assert "latin1.txt" in rerun.documents["uri"].to_list()
+    assert rerun.counts.added == 1 and rerun.counts.quarantined == 4
+
+
+def test_broken_new_version_keeps_the_old_document(tmp_path):
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "a.txt").write_text("good version")
+    first = sync_sources([connector(root)], None, "web")
+    (root / "a.txt").write_bytes(b"\x00\x00 broken")
+    second = sync_sources([connector(root)], first.documents, "web")
+    assert second.counts.quarantined == 1 and second.counts.deleted == 0
+    assert second.documents["text"].to_list() == ["good version"]
+
+
+def test_unlistable_source_keeps_documents(tmp_path):
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "a.txt").write_text("kept")
+    first = sync_sources([connector(root)], None, "web")
+    root.joinpath("a.txt").unlink()
+    root.rmdir()
+    second = sync_sources([connector(root)], first.documents, "web")
+    assert second.counts.deleted == 0 and second.counts.quarantined == 1
+    assert second.quarantine["stage"].to_list() == ["list"]
+    assert second.documents["text"].to_list() == ["kept"]
