@@ -1,0 +1,1 @@
+"""Source connectors, sync state, parsing and chunking: raw corpora to documents and chunks."""

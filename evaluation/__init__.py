@@ -1,0 +1,1 @@
+"""The one scorer (metrics = SFT filter = reward terms), benchmark runner, reports and plots."""

@@ -1,0 +1,1 @@
+"""Dagster Definitions, resources, partitions, jobs, schedules, sensors, and the CLI."""

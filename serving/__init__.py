@@ -1,0 +1,1 @@
+"""Promotion gate, vLLM launcher and LoRA loading, the search service."""

@@ -1,0 +1,1 @@
+"""Synthetic search tasks: generation, verification, distractors, chaining, the cached LLM client."""
