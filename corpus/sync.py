@@ -94,8 +94,9 @@ def _previous_items(previous: pl.DataFrame, source: str) -> tuple[dict[str, Prev
 class _SourceSync:
     """Applies one connector's scan events against that source's previous rows."""
 
-    def __init__(self, source: str, domain: str, previous_rows: dict[str, list[dict]], counts: SyncCounts, stamp: str):
-        self.source, self.domain, self.previous_rows, self.counts, self.stamp = source, domain, previous_rows, counts, stamp
+    def __init__(self, source: str, domain: str, previous_items: dict[str, PreviousItem], previous_rows: dict[str, list[dict]], counts: SyncCounts, stamp: str):
+        self.source, self.domain, self.counts, self.stamp = source, domain, counts, stamp
+        self.previous_items, self.previous_rows = previous_items, previous_rows
         self.rows: list[dict] = []
         self.quarantine: list[dict] = []
         self.seen_uris: set[str] = set()
@@ -120,9 +121,13 @@ class _SourceSync:
             self._quarantine(event.uri, "fetch", event.reason)
             return
         if isinstance(event, Unchanged):
-            for row in self.previous_rows.get(event.uri, []):
-                self.rows.append({**row, "validators": json.dumps(dict(event.validators) or json.loads(row["validators"]))})
-                self.counts.unchanged += 1
+            rows = self.previous_rows.get(event.uri, [])
+            known = self.previous_items.get(event.uri)
+            same = not event.validators or (known is not None and dict(event.validators) == dict(known.validators))
+            validators = None if same else json.dumps(dict(event.validators))
+            for row in rows:
+                self.rows.append(row if same else {**row, "validators": validators})
+            self.counts.unchanged += len(rows)
             return
         self.counts.fetched += 1
         try:
@@ -192,7 +197,7 @@ def sync_sources(
         key = connector.source_key
         live_sources.add(key)
         items, previous_rows = _previous_items(previous, key)
-        state = _SourceSync(key, domain, previous_rows, counts, stamp)
+        state = _SourceSync(key, domain, items, previous_rows, counts, stamp)
         try:
             for event in connector.scan(items):
                 state.apply(event)

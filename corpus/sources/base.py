@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Protocol
 
@@ -64,13 +66,23 @@ def content_version(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@lru_cache(maxsize=256)
+def _glob_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One compiled regex per pattern set; `**/x` also matches `x` at the top level."""
+    if not patterns:
+        return None
+    expanded = []
+    for pattern in patterns:
+        expanded.append(fnmatch.translate(pattern))
+        if pattern.startswith("**/"):
+            expanded.append(fnmatch.translate(pattern[3:]))
+    return re.compile("|".join(f"(?:{p})" for p in expanded))
+
+
 def glob_match(path: str, include: list[str], exclude: list[str]) -> bool:
-    """Gitignore-like globs: `**/*.md` also matches `a.md` at the top level."""
-
-    def matches(pattern: str) -> bool:
-        if fnmatch.fnmatchcase(path, pattern):
-            return True
-        return pattern.startswith("**/") and fnmatch.fnmatchcase(path, pattern[3:])
-
-    included = not include or any(matches(p) for p in include)
-    return included and not any(matches(p) for p in exclude)
+    """Gitignore-like globs over '/'-separated relative paths (`*` may cross folders, as in fnmatch)."""
+    included = _glob_regex(tuple(include))
+    excluded = _glob_regex(tuple(exclude))
+    if included is not None and not included.match(path):
+        return False
+    return excluded is None or not excluded.match(path)

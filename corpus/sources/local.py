@@ -21,25 +21,31 @@ class LocalConnector:
         self.source_key = source_key
         self.max_bytes = max_bytes
 
-    def _files(self) -> Iterator[Path]:
-        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in sorted(filenames):
-                path = Path(dirpath) / name
-                if path.is_symlink():
+    def _entries(self) -> Iterator[tuple[str, os.DirEntry]]:
+        """(relative path, entry) of included regular files; os.scandir keeps a 10k-file stat cheap."""
+        stack = [("", str(self.root))]
+        while stack:
+            prefix, folder = stack.pop()
+            with os.scandir(folder) as entries:
+                ordered = sorted(entries, key=lambda e: e.name)
+            for entry in ordered:
+                if entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                    continue
+                relative = f"{prefix}{entry.name}"
+                if entry.is_symlink():
                     continue  # never follow links out of the source folder
-                relative = path.relative_to(self.root).as_posix()
-                if glob_match(relative, self.include, self.exclude):
-                    yield path
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((relative + "/", entry.path))
+                elif entry.is_file(follow_symlinks=False) and glob_match(relative, self.include, self.exclude):
+                    yield relative, entry
 
     def scan(self, previous: Mapping[str, PreviousItem]) -> Iterator[ScanEvent]:
         if not self.root.is_dir():
             raise SourceError(f"local source {self.root} is not a folder")
-        for path in self._files():
-            relative = path.relative_to(self.root).as_posix()
+        for relative, entry in self._entries():
             uri = relative  # relative, so moving the folder does not make every document new
             try:
-                stat = path.stat()
+                stat = entry.stat(follow_symlinks=False)
             except OSError as error:
                 yield Failed(uri, f"cannot stat: {error}")
                 continue
@@ -52,7 +58,7 @@ class LocalConnector:
                 yield Failed(uri, f"over the size limit ({stat.st_size} > {self.max_bytes} bytes)")
                 continue
             try:
-                data = path.read_bytes()
+                data = Path(entry.path).read_bytes()
             except OSError as error:
                 yield Failed(uri, f"cannot read: {error}")
                 continue
@@ -66,5 +72,5 @@ class LocalConnector:
                 data=data,
                 name=relative,
                 validators={"stat": fingerprint},
-                metadata={"path": str(path)},
+                metadata={"path": entry.path},
             )
