@@ -1,0 +1,145 @@
+"""Does a document really contain a quote? The matching cascade of Context-1's verifier.
+
+Why a cascade and not one fuzzy score: an LLM copying a span out of a page changes it in a few
+predictable ways (case, line breaks, a markdown link it read as plain text, typographic quotes
+and dashes, a dropped comma, an ellipsis in the middle). Each rung forgives exactly one more of
+these, in order, and the first rung that matches is reported, so a verifier report says *how*
+a quote matched, not just whether it did:
+
+1. `substring`   case-insensitive substring;
+2. `whitespace`  the same with every whitespace run collapsed to one space;
+3. `links`       the same after stripping links (markdown `[text](url)`, `<a>` tags, bare URLs);
+4. `normalized`  full normalization: NFKC, unicode quotes/dashes/ellipsis folded, punctuation
+                 turned into spaces;
+5. `ordered`     an ordered regex over the first five words longer than three characters of the
+                 normalized quote, when it has at least three such words.
+
+One deliberate tightening of the last rung: Context-1 joins the words with an unbounded `.*?`,
+so over a long page a fabricated sentence made of common words ("team", "played", "first",
+"match") matches with its words scattered across the page. We bound each gap to
+`max(80, 2 * len(quote))` normalized characters: an elided clause up to twice the quote's
+length is still forgiven (on the demo corpus this accepts as many elided quotes as the
+unbounded rule), a page-wide scatter is not.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import cached_property
+
+RUNGS = ("substring", "whitespace", "links", "normalized", "ordered")
+
+_WS = re.compile(r"\s+")
+_MD_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_HTML_LINK = re.compile(r"<a\s[^>]*>(.*?)</a>", flags=re.IGNORECASE | re.DOTALL)
+_URL = re.compile(r"(?:https?|ftp)://[^\s<>\[\]\"')]+")
+_SINGLE_QUOTES = re.compile("[\u2018\u2019\u201a\u201b\u2032\u2035`\u00b4]")
+_DOUBLE_QUOTES = re.compile("[\u201c\u201d\u201e\u201f\u2033\u2036\u00ab\u00bb]")
+_DASHES = re.compile("[\u2010\u2011\u2012\u2013\u2014\u2015\u2212]")
+_PUNCT = re.compile(r"[^\w\s]|_")
+MIN_ORDERED_WORDS = 3
+ORDERED_WORDS = 5
+MIN_ORDERED_WORD_CHARS = 4  # "longer than three characters"
+
+
+def collapse_whitespace(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def strip_links(text: str) -> str:
+    """Keep a link's visible text, drop its target (models quote what they read, not URLs)."""
+    text = _MD_LINK.sub(r"\1", text)
+    text = _HTML_LINK.sub(r"\1", text)
+    text = _URL.sub(" ", text)
+    return text
+
+
+def normalize_text(text: str) -> str:
+    """The most forgiving form: lowercase, NFKC, folded quotes and dashes, no punctuation."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _SINGLE_QUOTES.sub("'", text)
+    text = _DOUBLE_QUOTES.sub('"', text)
+    text = _DASHES.sub("-", text)
+    text = text.replace("\u2026", "...")
+    text = _PUNCT.sub(" ", text)
+    return collapse_whitespace(text)
+
+
+def ordered_words(normalized_quote: str) -> list[str]:
+    return [word for word in normalized_quote.split() if len(word) >= MIN_ORDERED_WORD_CHARS][:ORDERED_WORDS]
+
+
+class QuoteMatcher:
+    """One document (or clue text) prepared once, then asked about many quotes.
+
+    The normalized variants of a long document are computed lazily and kept, because a task
+    checks a dozen quotes against the same page and the benchmark checks thousands.
+    """
+
+    def __init__(self, text: str):
+        self.text = text or ""
+
+    @cached_property
+    def _lower(self) -> str:
+        return self.text.lower()
+
+    @cached_property
+    def _collapsed(self) -> str:
+        return collapse_whitespace(self._lower)
+
+    @cached_property
+    def _no_links(self) -> str:
+        return collapse_whitespace(strip_links(self.text).lower())
+
+    @cached_property
+    def _normalized(self) -> str:
+        return normalize_text(strip_links(self.text))
+
+    def match(self, quote: str) -> str | None:
+        """The name of the first rung that finds `quote`, or None (empty quotes never match)."""
+        quote = (quote or "").strip()
+        if not quote or not self.text:
+            return None
+        lowered = quote.lower()
+        if lowered in self._lower:
+            return "substring"
+        collapsed = collapse_whitespace(lowered)
+        if collapsed in self._collapsed:
+            return "whitespace"
+        if collapse_whitespace(strip_links(quote).lower()) in self._no_links:
+            return "links"
+        normalized = normalize_text(strip_links(quote))
+        if normalized and normalized in self._normalized:
+            return "normalized"
+        words = ordered_words(normalized)
+        if len(words) >= MIN_ORDERED_WORDS:
+            gap = max(80, 2 * len(normalized))
+            pattern = (r".{0,%d}?" % gap).join(re.escape(word) for word in words)
+            if re.search(pattern, self._normalized):
+                return "ordered"
+        return None
+
+    def contains(self, quote: str) -> bool:
+        return self.match(quote) is not None
+
+
+def match_quote(text: str, quote: str) -> str | None:
+    """Which rung of the cascade finds `quote` in `text` (None: not found)."""
+    return QuoteMatcher(text).match(quote)
+
+
+def text_contains_quote(text: str, quote: str) -> bool:
+    return QuoteMatcher(text).contains(quote)
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """Does `answer` occur in `text` as whole words after full normalization?
+
+    Used for the code-level distractor check and for "the answer leaked into the clues": a
+    short answer like "12" must not match "2012", so we compare on word boundaries.
+    """
+    needle = normalize_text(answer)
+    if not needle:
+        return False
+    return f" {needle} " in f" {normalize_text(strip_links(text))} "

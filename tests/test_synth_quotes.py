@@ -1,0 +1,92 @@
+"""The quote-matching cascade: each rung on a hand-made case, then invariants by hypothesis."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synth.quotes import contains_answer, match_quote, normalize_text, strip_links, text_contains_quote
+
+PAGE = (
+    "The 1872 FA Cup Final was a football match between Wanderers and Royal Engineers on 16 March 1872\n"
+    "at  Kennington Oval in [London](https://en.wikipedia.org/wiki/London). It was the final of the first staging\n"
+    "of the Football Association Challenge Cup \u2014 known as the \u201cFA Cup\u201d \u2014 which became the oldest "
+    "football competition in the world. Queen\u2019s Park withdrew from the semi-finals."
+)
+
+
+@pytest.mark.parametrize(
+    "quote, rung",
+    [
+        ("football match between WANDERERS and royal engineers", "substring"),
+        ("on 16 March 1872 at Kennington Oval", "whitespace"),  # a line break and a double space in the page
+        ("at Kennington Oval in London. It was the final", "links"),  # the page has a markdown link
+        ('Cup - known as the "FA Cup" - which became', "normalized"),  # straight quotes and hyphens for typographic ones
+        ("Queen's Park withdrew from the semi-finals", "normalized"),
+        ("the Football Association Challenge Cup, which became the oldest football competition", "ordered"),
+    ],
+)
+def test_each_rung_of_the_cascade_is_reached(quote, rung):
+    assert match_quote(PAGE, quote) == rung
+
+
+def test_unmatched_quotes_and_empty_inputs():
+    assert match_quote(PAGE, "Blackburn Rovers won the replay at Bramall Lane") is None
+    assert match_quote(PAGE, "   ") is None
+    assert match_quote("", "anything at all") is None
+
+
+def test_ordered_rung_needs_three_long_words_in_order():
+    # Two long words only: the regex rung does not apply, and the quote is not a substring.
+    assert match_quote(PAGE, "Wanderers ... Engineers") is None
+    # Right words, wrong order: rejected.
+    assert match_quote(PAGE, "competition oldest football became Challenge") is None
+
+
+def test_ordered_rung_does_not_span_the_whole_page():
+    """Words scattered far apart are not a quote (a bounded gap, unlike an unbounded `.*?`)."""
+    filler = " ".join(["lorem"] * 200)
+    page = f"The team arrived. {filler} They played. {filler} It was the first. {filler} A match followed."
+    assert match_quote(page, "team played first match") is None
+    assert match_quote("The team had played their first ever match here.", "team played first match") == "ordered"
+
+
+def test_strip_links_keeps_link_text():
+    assert strip_links("see [the docs](http://x.y/z) or <a href='q'>here</a> at https://a.b/c") == "see the docs or here at  "
+
+
+def test_contains_answer_uses_word_boundaries_and_normalization():
+    assert contains_answer("It opened in 2012.", "2012")
+    assert not contains_answer("It opened in 2012.", "12")
+    assert contains_answer("Queen\u2019s Park FC", "queen's park")
+    assert not contains_answer("anything", "")
+
+
+words = st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=9), min_size=3, max_size=12)
+spacing = st.lists(st.sampled_from([" ", "  ", "\n", "\t", " \n "]), min_size=12, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(words=words, seps=spacing, start=st.integers(0, 5), length=st.integers(1, 8), upper=st.booleans())
+def test_matching_is_invariant_to_whitespace_and_case(words, seps, start, length, upper):
+    page = "".join(w + seps[i % len(seps)] for i, w in enumerate(words)).strip()
+    chosen = words[start % len(words): start % len(words) + length]
+    quote = " ".join(chosen)
+    variant = "  \n".join(chosen)
+    variant = variant.upper() if upper else variant.title()
+    assert text_contains_quote(page, quote)
+    assert text_contains_quote(page, variant)
+    assert text_contains_quote(page.upper(), quote)
+
+
+prose = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126) | st.sampled_from("\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u00e9"),
+                max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=prose)
+def test_normalization_is_idempotent_and_case_free(text):
+    once = normalize_text(text)
+    assert normalize_text(once) == once
+    assert normalize_text(text.upper()) == normalize_text(text.lower())
