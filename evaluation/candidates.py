@@ -1,0 +1,132 @@
+"""Candidate specs -> runnable candidates: `bm25`, `dense`, `hybrid`, any policy spec
+(`heuristic`, `openai:URL#MODEL`, `transformers:PATH`), and `SPEC@N` for Nx mode.
+
+Why one runnable shape (`run(question, task_id, seed) -> Trajectory`): the runner, the scorer
+and the trajectory files then treat a baseline, a 1x agent and an Nx agent identically. An Nx
+run is recorded as ONE trajectory holding every rollout's turns (so trajectory recall is over
+everything any rollout saw, and turns and tokens are totals: what Nx costs) with the RRF-merged
+ranking as its final answer; the rollout ids are in `metadata`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evaluation.baselines import BASELINES, SingleShotBaseline
+from retrieval.backend import SearchBackend
+from retrieval.trajectory import Trajectory
+
+_NX = re.compile(r"^(?P<spec>.+)@(?P<n>\d+)$")
+
+
+class Runnable(Protocol):
+    name: str
+
+    def run(self, question: str, task_id: str | None = None, seed: int = 0) -> Trajectory: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    name: str  # as written by the user, the report's key
+    policy: str  # the spec without the @N suffix
+    n: int = 1
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.policy in BASELINES
+
+
+def parse_candidate(spec: str) -> CandidateSpec:
+    """`hybrid` -> baseline; `heuristic@4` -> heuristic, N=4; `openai:http://h/v1#m@2` -> N=2."""
+    spec = spec.strip()
+    if not spec:
+        raise ValueError("empty candidate spec")
+    match = _NX.match(spec)
+    policy, n = (match.group("spec"), int(match.group("n"))) if match else (spec, 1)
+    if n < 1:
+        raise ValueError(f"{spec}: N in POLICY@N must be >= 1")
+    if policy in BASELINES and n != 1:
+        raise ValueError(f"{spec}: single-shot baselines have no Nx variant")
+    return CandidateSpec(name=spec, policy=policy, n=n)
+
+
+def split_candidates(text: str | list[str]) -> list[CandidateSpec]:
+    """A comma-separated list (or a list) of specs; duplicates are an error (report keys clash)."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    specs = [parse_candidate(item) for item in items if item.strip()]
+    names = [spec.name for spec in specs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"candidates listed twice: {duplicates}")
+    if not specs:
+        raise ValueError("no candidates given")
+    return specs
+
+
+def resolve_policy(spec: str):
+    """The `Policy` for a spec, through the policies package's factory (one parser of specs)."""
+    from retrieval.policies import load_policy
+
+    return load_policy(spec)
+
+
+@dataclass
+class AgentCandidate:
+    """The harness with one policy, 1x or Nx (rankings merged by RRF), output size `k`."""
+
+    name: str
+    harness: Any  # retrieval.harness.Harness
+    n: int = 1
+    spec: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "agent", "policy": self.spec or self.harness.policy.name, "policy_name": self.harness.policy.name,
+            "n": self.n, "harness": self.harness.config.model_dump(), **self.extra,
+        }
+
+    def run(self, question: str, task_id: str | None = None, seed: int = 0) -> Trajectory:
+        if self.n == 1:
+            trajectory = self.harness.run(question, seed=seed, task_id=task_id)
+            trajectory.policy = self.name
+            return trajectory
+        started = time.perf_counter()
+        result = self.harness.run_nx(question, self.n, seed=seed, task_id=task_id)
+        return merge_nx(self.name, question, task_id, seed, result, time.perf_counter() - started)
+
+
+def merge_nx(name: str, question: str, task_id: str | None, seed: int, result: Any, wall_s: float) -> Trajectory:
+    """One trajectory for an Nx result: all rollouts' turns, the merged ranking, summed costs."""
+    rollouts: list[Trajectory] = result.trajectories
+    turns = [turn for rollout in rollouts for turn in rollout.turns]
+    chunk_docs: dict[str, str] = {}
+    for rollout in rollouts:
+        chunk_docs.update(rollout.chunk_docs)
+    errors = [r.error for r in rollouts if r.error]
+    return Trajectory(
+        question=question, policy=name, seed=seed, task_id=task_id,
+        config={**(rollouts[0].config if rollouts else {}), "nx": len(rollouts)},
+        tools=rollouts[0].tools if rollouts else [], turns=turns, final_ranking=list(result.ranking),
+        parse_errors=[e for r in rollouts for e in r.parse_errors],
+        error="; ".join(errors) if errors and len(errors) == len(rollouts) else None,
+        stop_reason="nx:" + ",".join(r.stop_reason for r in rollouts),
+        wall_s=wall_s, peak_tokens=max((r.peak_tokens for r in rollouts), default=0),
+        total_prompt_tokens=sum(r.total_prompt_tokens for r in rollouts), chunk_docs=chunk_docs,
+        metadata={"rollout_ids": [r.id for r in rollouts], "rollout_errors": errors, "rrf_scores": dict(result.scores)},
+    )
+
+
+def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness_overrides: dict[str, Any] | None = None) -> Runnable:
+    """A runnable candidate; agents are told `k` as their maximum output size."""
+    if spec.is_baseline:
+        return SingleShotBaseline(backend, spec.policy, k)
+    from retrieval.harness import Harness, HarnessConfig
+
+    config = HarnessConfig(**{"max_output_docs": k, **(harness_overrides or {})})
+    return AgentCandidate(name=spec.name, harness=Harness(backend, resolve_policy(spec.policy), config), n=spec.n, spec=spec.policy)

@@ -1,0 +1,116 @@
+"""`searchsmith bench` logic end to end on a small slice of the dev file: pooled corpus, index
+cache, baselines and the heuristic agent, scores, report.json / report.md / plots, trajectories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluation.bench import run_bench_command
+from evaluation.candidates import parse_candidate, split_candidates
+from evaluation.external import paragraph_doc_id, read_records, tasks_from_records
+
+REPO = Path(__file__).resolve().parents[1]
+DEV_FILE = REPO.parent / "shared" / "data" / "multihop_dev.jsonl"
+SAMPLE_FILE = REPO / "customers" / "demo" / "benchmarks" / "multihop_sample.jsonl"
+SLICE = 15
+POLICIES = ["bm25", "dense", "hybrid", "heuristic"]
+REPORT_KEYS = {"answer_found", "recall", "precision", "f1", "trajectory_recall", "prune_accuracy", "mean_prompt_tokens", "n"}
+
+
+@pytest.fixture(scope="module")
+def slice_file(tmp_path_factory) -> Path:
+    source = DEV_FILE if DEV_FILE.exists() else SAMPLE_FILE
+    lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # Both datasets in the slice (when the file has both): the first MuSiQue and HotpotQA records.
+    musique = [l for l in lines if '"MuSiQue' in l][:5]
+    hotpot = [l for l in lines if '"MuSiQue' not in l][: SLICE - len(musique)]
+    path = tmp_path_factory.mktemp("bench") / "slice.jsonl"
+    path.write_text("\n".join(hotpot + musique) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def bench_run(slice_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    cache = tmp_path_factory.mktemp("cache")
+    report = run_bench_command(slice_file, POLICIES, k=5, out_dir=out, limit=None, progress=False, cache_root=cache, workers=4)
+    return report, out, cache
+
+
+@pytest.mark.slow
+def test_report_has_the_contract_keys_and_sane_values(bench_run):
+    report, out, _ = bench_run
+    assert list(report["policies"]) == POLICIES
+    for name, summary in report["policies"].items():
+        assert REPORT_KEYS <= set(summary), name
+        assert summary["n"] == SLICE
+        for key in ("answer_found", "recall", "precision", "f1", "trajectory_recall"):
+            assert 0.0 <= summary[key] <= 1.0
+            low, high = summary["intervals"][key]
+            assert low <= summary[key] <= high
+        assert summary["trajectory_recall"] >= summary["recall"] - 1e-9
+        assert summary["errors"] == 0
+    # On a ~150-paragraph pool a working retriever finds most gold; a broken id mapping finds none.
+    assert report["policies"]["hybrid"]["recall"] > 0.5
+    assert report["policies"]["bm25"]["mean_prompt_tokens"] == 0
+    assert report["policies"]["heuristic"]["mean_prompt_tokens"] > 0
+    assert report["policies"]["heuristic"]["turns"] > 1
+    config = report["config"]
+    assert config["k"] == 5 and config["n_tasks"] == SLICE and config["embedding_model"]
+    assert config["candidates"]["heuristic"]["kind"] == "agent"
+    assert config["candidates"]["heuristic"]["harness"]["max_output_docs"] == 5
+
+
+@pytest.mark.slow
+def test_files_written(bench_run):
+    report, out, _ = bench_run
+    on_disk = json.loads((out / "report.json").read_text())
+    assert on_disk == json.loads(json.dumps(report))
+    assert "| heuristic |" in (out / "report.md").read_text()
+    for plot in report["files"]["plots"]:
+        assert Path(plot).stat().st_size > 1000
+    for name in POLICIES:
+        rows = Path(report["files"]["trajectories"][name]).read_text().splitlines()
+        assert len(rows) == SLICE
+        assert all(json.loads(row)["final_ranking"] is not None for row in rows)
+        assert len(Path(report["files"]["scores"][name]).read_text().splitlines()) == SLICE
+
+
+@pytest.mark.slow
+def test_every_candidate_returns_at_most_k_documents(bench_run):
+    report, _, _ = bench_run
+    for name in POLICIES:
+        assert report["policies"][name]["returned_docs"] <= 5
+
+
+@pytest.mark.slow
+def test_index_cache_is_reused_and_limit_applies(bench_run, slice_file, tmp_path):
+    _, _, cache = bench_run
+    report = run_bench_command(slice_file, ["bm25"], k=3, out_dir=tmp_path, limit=4, progress=False, cache_root=cache)
+    assert report["config"]["index_reused"] is True
+    assert report["policies"]["bm25"]["n"] == 4
+    assert report["policies"]["bm25"]["returned_docs"] <= 3
+
+
+def test_gold_is_paragraph_level(slice_file):
+    records = read_records(slice_file)
+    tasks = tasks_from_records(records)
+    for record, task in zip(records, tasks):
+        expected = {paragraph_doc_id(p["title"], p["text"]) for p in record.paragraphs if p["is_supporting"]}
+        assert task.gold.doc_ids == expected
+        assert task.gold.answer_doc_ids <= task.gold.doc_ids
+
+
+def test_candidate_specs():
+    assert parse_candidate("heuristic@4").n == 4 and parse_candidate("heuristic@4").policy == "heuristic"
+    spec = parse_candidate("openai:http://user@host:8000/v1#qwen@2")
+    assert (spec.policy, spec.n) == ("openai:http://user@host:8000/v1#qwen", 2)
+    assert parse_candidate("transformers:/ckpt/a@b").n == 1
+    with pytest.raises(ValueError):
+        parse_candidate("hybrid@4")
+    with pytest.raises(ValueError):
+        split_candidates("bm25,bm25")
+    assert [s.name for s in split_candidates("bm25, heuristic@2")] == ["bm25", "heuristic@2"]
