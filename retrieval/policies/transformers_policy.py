@@ -1,0 +1,346 @@
+"""The `transformers` policy: in-process generation with a local model and its chat template.
+
+Why in-process: CPU runs, tests, tiny models and RL rollouts on one machine need no server. The
+prompt is the model's own chat template rendered with the tool schemas
+(`apply_chat_template(messages, tools=tools, add_generation_prompt=True)`), so SFT, RL and
+serving all see the same text. Tool calls are parsed from the generated text by
+`tool_parsing.parse_tool_calls` (Hermes `<tool_call>` blocks, SmolLM2's list form, bare JSON
+lists); a malformed reply becomes `PolicyStep.error`, never an exception.
+
+For RL each step records the sampled completion token ids and their log-probabilities under the
+sampling distribution: `log_softmax(logits / T)` at T > 0 (top-k and top-p are switched off so
+that this is exactly the distribution sampled from), `log_softmax(logits)` for greedy decoding.
+
+Models load lazily on the first turn and are cached per process (keyed by folder, adapter,
+device and dtype), so many episodes and threads share one copy; generation on one model is
+serialised by a lock (torch already uses every core for one sequence on CPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from retrieval.policies.tool_parsing import parse_tool_calls
+from retrieval.policy_base import Message, PolicyStep
+
+SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct")
+
+
+@dataclass
+class LoadedModel:
+    """A model, its tokenizer and what generation needs to know about them."""
+
+    model: Any
+    tokenizer: Any
+    eos_token_ids: list[int]
+    pad_token_id: int | None
+    max_positions: int | None
+    lock: threading.Lock
+
+
+_CACHE: dict[tuple[str, str | None, str, str], LoadedModel] = {}
+_TOKENIZERS: dict[str, Any] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def resolve_model_dir(model_path_or_dir: str | Path) -> Path:
+    """A local model folder; `smollm2` names the cached SmolLM2-135M-Instruct copy (built on demand)."""
+    text = str(model_path_or_dir)
+    if text.lower() in SMOLLM2_ALIASES:
+        from retrieval.small_model import ensure_smollm2
+
+        return ensure_smollm2()
+    path = Path(text).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no model folder at {text} (expected config.json; models are never downloaded at run time)"
+        )
+    return path.resolve()
+
+
+def load_tokenizer(model_path_or_dir: str | Path) -> Any:
+    """The model's tokenizer alone (no weights), cached per process: budgets count with it."""
+    path = resolve_model_dir(model_path_or_dir)
+    with _CACHE_LOCK:
+        if str(path) not in _TOKENIZERS:
+            from transformers import AutoTokenizer
+
+            _TOKENIZERS[str(path)] = AutoTokenizer.from_pretrained(str(path))
+        return _TOKENIZERS[str(path)]
+
+
+def load_model(
+    model_path_or_dir: str | Path, adapter_path: str | Path | None = None, device: str = "cpu", dtype: str | None = None
+) -> LoadedModel:
+    """Load (once per process) a causal LM, optionally with a peft LoRA adapter on top."""
+    path = resolve_model_dir(model_path_or_dir)
+    adapter = str(Path(adapter_path).expanduser().resolve()) if adapter_path else None
+    dtype_name = dtype or ("float32" if device == "cpu" else "auto")
+    key = (str(path), adapter, device, dtype_name)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = "auto" if dtype_name == "auto" else getattr(torch, dtype_name)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
+    model.to(device)
+    model.eval()
+    loaded = from_model(model, tokenizer)
+    with _CACHE_LOCK:
+        return _CACHE.setdefault(key, loaded)
+
+
+def from_model(model: Any, tokenizer: Any) -> LoadedModel:
+    """Wrap an already-loaded model (e.g. the one an RL trainer is updating) for generation."""
+    ids: list[int] = []
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos if isinstance(gen_eos, list) else [gen_eos]) + [tokenizer.eos_token_id]:
+        if isinstance(value, int) and value not in ids:
+            ids.append(value)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    if isinstance(im_end, int) and im_end not in ids:
+        ids.append(im_end)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (ids[0] if ids else None)
+    config = getattr(model, "config", None)
+    max_positions = getattr(config, "max_position_embeddings", None)
+    return LoadedModel(model=model, tokenizer=tokenizer, eos_token_ids=ids, pad_token_id=pad,
+                       max_positions=max_positions, lock=threading.Lock())
+
+
+def clear_model_cache() -> None:
+    """Drop cached models (e.g. after an adapter folder was rewritten in place)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+        _TOKENIZERS.clear()
+
+
+def template_messages(messages: list[Message]) -> list[Message]:
+    """Messages as chat templates expect them: string content, tool-call arguments as objects.
+
+    The harness speaks the OpenAI protocol, where arguments are JSON strings; most templates
+    (ours, Llama's, Qwen's) render a mapping with `tojson`, so valid JSON strings are decoded.
+    """
+    out: list[Message] = []
+    for message in messages:
+        m = dict(message)
+        if m.get("content") is None:
+            m["content"] = ""
+        if m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                call = dict(call)
+                fn = dict(call.get("function") or {})
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        decoded = json.loads(fn["arguments"])
+                        if isinstance(decoded, dict):
+                            fn["arguments"] = decoded
+                    except json.JSONDecodeError:
+                        pass
+                call["function"] = fn
+                calls.append(call)
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+def turn_seed(*parts: int) -> int:
+    """A per-turn seed mixed from (policy seed, episode seed, turn): stable across runs."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF
+
+
+class TokenizerCounter:
+    """Counts tokens with a Hugging Face tokenizer, special tokens excluded."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+
+class TransformersPolicy:
+    """Generation with a local causal LM; see the module docstring for the why."""
+
+    def __init__(
+        self,
+        model_path_or_dir: str | Path,
+        adapter_path: str | Path | None = None,
+        max_new_tokens: int = 512,
+        temperature: float = 0.0,
+        seed: int = 0,
+        device: str = "cpu",
+        *,
+        dtype: str | None = None,
+        name: str | None = None,
+    ):
+        self.model_path = str(model_path_or_dir)
+        self.adapter_path = str(adapter_path) if adapter_path else None
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.seed = seed
+        self.device = device
+        self.dtype = dtype
+        self.name = name or f"transformers:{self.model_path}" + (f"+{self.adapter_path}" if self.adapter_path else "")
+        self._loaded: LoadedModel | None = None
+
+    @classmethod
+    def from_loaded(cls, model: Any, tokenizer: Any, *, name: str = "transformers:in-memory", **kwargs: Any) -> TransformersPolicy:
+        """A policy over a model already in memory (an RL trainer's live model): nothing is loaded."""
+        policy = cls(model_path_or_dir=name, name=name, **kwargs)
+        policy._loaded = from_model(model, tokenizer)
+        return policy
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_loaded"] = None  # a process that receives the policy loads (and caches) its own copy
+        return state
+
+    def loaded(self) -> LoadedModel:
+        if self._loaded is None:
+            self._loaded = load_model(self.model_path, self.adapter_path, self.device, self.dtype)
+        return self._loaded
+
+    def token_counter(self) -> TokenizerCounter:
+        if self._loaded is not None:
+            return TokenizerCounter(self._loaded.tokenizer)
+        return TokenizerCounter(load_tokenizer(self.model_path))
+
+    def new_episode(self, question: str, seed: int = 0) -> TransformersEpisode:
+        return TransformersEpisode(self, seed)
+
+    def render_prompt(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
+        """The exact prompt text the model continues from (the chat template's rendering)."""
+        return self.loaded().tokenizer.apply_chat_template(
+            template_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=False
+        )
+
+    def generate(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int, id_prefix: str = "call") -> PolicyStep:
+        """One model turn: render, generate, record ids and logprobs, parse tool calls."""
+        import torch
+        from transformers import GenerationConfig
+
+        lm = self.loaded()
+        prompt = self.render_prompt(messages, tools)
+        input_ids = lm.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        n_prompt = int(input_ids.shape[1])
+        max_new = self.max_new_tokens
+        if lm.max_positions is not None:
+            max_new = min(max_new, lm.max_positions - n_prompt)
+            if max_new <= 0:
+                return PolicyStep(content=None, prompt_tokens=n_prompt, error=(
+                    f"prompt of {n_prompt} tokens leaves no room in the model's {lm.max_positions}-token window"))
+        sample = self.temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=max_new,
+            do_sample=sample,
+            temperature=self.temperature if sample else None,
+            top_k=0 if sample else None,
+            top_p=1.0 if sample else None,
+            # Explicit neutral values: fields left None are filled from the model's own
+            # generation_config, and any such processor would make the recorded logprobs lie.
+            min_p=0.0 if sample else None,
+            typical_p=1.0 if sample else None,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            min_new_tokens=0,
+            eos_token_id=lm.eos_token_ids or None,
+            pad_token_id=lm.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        model = lm.model
+        device = next(model.parameters()).device
+        rng_devices = [device] if device.type == "cuda" else []
+        with lm.lock, torch.random.fork_rng(devices=rng_devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            was_training = model.training
+            model.eval()
+            try:
+                out = model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=torch.ones_like(input_ids).to(device),
+                    generation_config=config,
+                )
+            finally:
+                model.train(was_training)
+        completion = out.sequences[0, n_prompt:].tolist()
+        end = next((i + 1 for i, t in enumerate(completion) if t in lm.eos_token_ids), len(completion))
+        completion = completion[:end]
+        logprobs = completion_logprobs(out.logits[:end], completion, self.temperature)
+        raw_text = lm.tokenizer.decode(completion, skip_special_tokens=False)
+        text = strip_end_markers(raw_text, lm.tokenizer, lm.eos_token_ids)
+        parsed = parse_tool_calls(text, id_prefix=id_prefix)
+        error = parsed.error
+        if not parsed.tool_calls and parsed.content is None and error is None:
+            error = "empty completion"
+        return PolicyStep(
+            content=parsed.content,
+            tool_calls=parsed.tool_calls,
+            prompt_tokens=n_prompt,
+            completion_tokens=len(completion),
+            completion_token_ids=completion,
+            completion_logprobs=logprobs,
+            raw_text=raw_text,
+            error=error,
+        )
+
+
+def completion_logprobs(step_logits: Any, token_ids: list[int], temperature: float) -> list[float]:
+    """Log-probability of each sampled token under the distribution it was sampled from."""
+    import torch
+
+    if not token_ids:
+        return []
+    logits = torch.stack([step[0] for step in step_logits]).float()
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    index = torch.tensor(token_ids, device=logp.device).unsqueeze(1)
+    return logp.gather(1, index).squeeze(1).tolist()
+
+
+def strip_end_markers(text: str, tokenizer: Any, eos_ids: list[int]) -> str:
+    """Text before the first end-of-turn marker (the template's end tokens are not content)."""
+    markers = {tokenizer.convert_ids_to_tokens(i) for i in eos_ids} | {"<|im_end|>", "<|endoftext|>"}
+    cut = len(text)
+    for marker in markers:
+        if isinstance(marker, str) and marker:
+            pos = text.find(marker)
+            if pos != -1:
+                cut = min(cut, pos)
+    return text[:cut]
+
+
+class TransformersEpisode:
+    """Holds only the turn counter: the harness owns the context and passes it every turn."""
+
+    def __init__(self, policy: TransformersPolicy, seed: int):
+        self.policy = policy
+        self.seed = seed
+        self.turn = 0
+
+    def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> PolicyStep:
+        step = self.policy.generate(
+            messages, tools, seed=turn_seed(self.policy.seed, self.seed, self.turn), id_prefix=f"call_{self.turn}"
+        )
+        self.turn += 1
+        return step
+
+
+def policy_from_spec(rest: str, **options: Any) -> TransformersPolicy:
+    """`transformers:PATH` (CLI spec; `PATH` may be `smollm2`); options go to the constructor."""
+    return TransformersPolicy(rest, **options)

@@ -1,0 +1,565 @@
+"""Model-backed policies: tool-call parsing, the transformers policy, the openai policy, SmolLM2.
+
+Fast tests use a tiny random Llama built on the fly (tokenizer trained here) and the scripted
+OpenAI stub; `integration` tests drive a real OpenAI-compatible server (vLLM CPU or
+`transformers serve`) serving SmolLM2 on loopback; `slow` tests convert and run SmolLM2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from retrieval.policies.tool_parsing import parse_tool_calls
+from retrieval.policy_base import PolicyStep
+from tests.support.openai_scripted import Reply, ScriptedOpenAI, completion
+
+REPO = Path(__file__).resolve().parents[1]
+# Read at import, before any test's monkeypatch: the SmolLM2 copy is shared across tests and runs.
+STABLE_HOME = Path(os.environ.get("SEARCHSMITH_HOME") or REPO / ".searchsmith")
+
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search_corpus",
+        "description": "Hybrid search over the corpus.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
+GREP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "grep_corpus",
+        "description": "Regex search over the corpus.",
+        "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]},
+    },
+}
+TOOLS = [SEARCH_TOOL, GREP_TOOL]
+BASE_MESSAGES = [
+    {"role": "system", "content": "You are a search agent. Always call search_corpus."},
+    {"role": "user", "content": "Who founded the Acme company?"},
+]
+
+
+def _call(call_id: str, query: str) -> dict:
+    return {"id": call_id, "type": "function",
+            "function": {"name": "search_corpus", "arguments": json.dumps({"query": query})}}
+
+
+# Three earlier turns that each made two parallel calls: SmolLM2-135M copies the pattern (greedy).
+# With two examples it prefers <tool_response> by a hair (log p -0.65 vs -0.98 for <tool_call>);
+# with three, <tool_call> wins clearly (-0.40 vs -1.38), so backends' numerics do not flip it.
+FEW_SHOT = [
+    BASE_MESSAGES[0],
+    {"role": "user", "content": "Who founded Acme?"},
+    {"role": "assistant", "content": "", "tool_calls": [_call("c1", "Acme founder"), _call("c2", "Acme history")]},
+    {"role": "tool", "tool_call_id": "c1", "content": "No results."},
+    {"role": "tool", "tool_call_id": "c2", "content": "No results."},
+    {"role": "user", "content": "Who founded Globex?"},
+    {"role": "assistant", "content": "", "tool_calls": [_call("c3", "Globex founder"), _call("c4", "Globex history")]},
+    {"role": "tool", "tool_call_id": "c3", "content": "No results."},
+    {"role": "tool", "tool_call_id": "c4", "content": "No results."},
+    {"role": "user", "content": "Who founded Hooli?"},
+    {"role": "assistant", "content": "", "tool_calls": [_call("c5", "Hooli founder"), _call("c6", "Hooli history")]},
+    {"role": "tool", "tool_call_id": "c5", "content": "No results."},
+    {"role": "tool", "tool_call_id": "c6", "content": "No results."},
+    {"role": "user", "content": "Who founded Initech?"},
+]
+
+
+# ---------------------------------------------------------------- tool-call parsing
+
+def test_parse_hermes_blocks_with_leading_text():
+    text = ('Let me search.\n<tool_call>\n{"name": "search_corpus", "arguments": {"query": "acme founder"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "grep_corpus", "arguments": {"pattern": "Acme (Inc|Corp)"}}\n</tool_call>')
+    reply = parse_tool_calls(text, id_prefix="call_0")
+    assert reply.error is None
+    assert reply.content == "Let me search."
+    assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [
+        ("call_0_0", "search_corpus", {"query": "acme founder"}),
+        ("call_0_1", "grep_corpus", {"pattern": "Acme (Inc|Corp)"}),
+    ]
+
+
+def test_parse_smollm2_list_inside_one_block():
+    text = '<tool_call>[{"name": "search_corpus", "arguments": {"query": "a"}}, {"name": "read_document", "arguments": {"doc_id": "d1"}}]</tool_call>'
+    reply = parse_tool_calls(text)
+    assert reply.error is None and reply.content is None
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("search_corpus", {"query": "a"}), ("read_document", {"doc_id": "d1"})]
+
+
+@pytest.mark.parametrize("text", [
+    '[{"name": "search_corpus", "arguments": {"query": "a"}}]',
+    '```json\n[{"name": "search_corpus", "arguments": {"query": "a"}}]\n```',
+    '{"name": "search_corpus", "parameters": {"query": "a"}}',
+    '[{"name": "search_corpus", "arguments": "{\\"query\\": \\"a\\"}"}]',  # arguments as a JSON string
+])
+def test_parse_bare_json_calls(text):
+    reply = parse_tool_calls(text)
+    assert reply.error is None and reply.content is None
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("search_corpus", {"query": "a"})]
+
+
+def test_parse_final_answer_is_content():
+    text = "<Document id=d1><Justification>Names the founder.</Justification></Document>\n"
+    reply = parse_tool_calls(text)
+    assert reply.tool_calls == [] and reply.error is None
+    assert reply.content == text.strip()
+
+
+@pytest.mark.parametrize("text, expect", [
+    ('<tool_call>\n{"name": "search_corpus", "arguments": {"query": "a"</tool_call>', "not valid JSON"),
+    ('<tool_call>\n{"name": "search_corpus", "argum', "cut off"),
+    ("<tool_call></tool_call>", "empty <tool_call>"),
+    ("<tool_call>\n", "cut off"),
+    ('<tool_call>{"arguments": {"query": "a"}}</tool_call>', "no function name"),
+    ('<tool_call>"search_corpus"</tool_call>', "must be a JSON object"),
+])
+def test_parse_malformed_blocks_record_errors(text, expect):
+    reply = parse_tool_calls(text)
+    assert reply.tool_calls == []
+    assert expect in reply.error
+
+
+def test_parse_invalid_arguments_keep_raw_text():
+    reply = parse_tool_calls('<tool_call>{"name": "search_corpus", "arguments": "{query: a"}</tool_call>')
+    assert len(reply.tool_calls) == 1
+    call = reply.tool_calls[0]
+    assert call.name == "search_corpus" and call.arguments == {} and call.raw_arguments == "{query: a"
+    assert "not valid JSON" in reply.error
+
+
+# ---------------------------------------------------------------- tiny model + transformers policy
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from retrieval.small_model import build_tiny_model
+
+    texts = ["Acme was founded by Jane Roe in 1901 in Springfield.", "The river flows north past the mill."] * 20
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, seed=7)
+
+
+def test_tiny_model_is_deterministic(tmp_path, tiny_dir):
+    from safetensors.torch import load_file
+
+    from retrieval.small_model import build_tiny_model
+
+    texts = ["Acme was founded by Jane Roe in 1901 in Springfield.", "The river flows north past the mill."] * 20
+    again = build_tiny_model(tmp_path / "again", texts, seed=7)
+    assert (again / "tokenizer.json").read_text() == (tiny_dir / "tokenizer.json").read_text()
+    a, b = load_file(str(tiny_dir / "model.safetensors")), load_file(str(again / "model.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_tiny_chat_template_renders_tools_calls_and_results(tiny_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_dir))
+    messages = FEW_SHOT[:5]
+    text = tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    assert text.startswith("<|im_start|>system\nYou are a search agent.")
+    assert '"name": "grep_corpus"' in text and "<tools>" in text
+    assert '<tool_call>\n{"name": "search_corpus", "arguments": {"query": "Acme founder"}}\n</tool_call>' in text
+    assert text.count("<tool_response>") == 2 and text.count("<|im_start|>user") == 2  # results share one turn
+    assert text.endswith("<|im_start|>assistant\n")
+    # {% generation %} marks assistant tokens, so SFT can train on them only.
+    encoded = tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    assistant = tokenizer.decode([t for t, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m])
+    assert assistant.startswith("<tool_call>") and assistant.endswith("</tool_call><|im_end|>")
+    # The response template lets `transformers serve` turn <tool_call> blocks into tool calls.
+    ids = tokenizer.encode('<tool_call>\n{"name": "search_corpus", "arguments": {"query": "x"}}\n</tool_call><|im_end|>', add_special_tokens=False)
+    parsed = tokenizer.parse_response(ids, prefix="<|im_start|>assistant\n")
+    assert parsed["tool_calls"][0]["function"] == {"name": "search_corpus", "arguments": {"query": "x"}}
+
+
+def _forward_logprobs(policy, step: PolicyStep, messages, tools, temperature: float) -> list[float]:
+    import torch
+
+    lm = policy.loaded()
+    prompt = lm.tokenizer(policy.render_prompt(messages, tools), add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt + step.completion_token_ids])
+    with torch.no_grad():
+        logits = lm.model(ids).logits[0, len(prompt) - 1:-1].float()
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, -1)
+    return logp.gather(1, torch.tensor(step.completion_token_ids).unsqueeze(1)).squeeze(1).tolist()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_transformers_policy_generates_with_logprobs(tiny_dir, temperature):
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(str(tiny_dir), max_new_tokens=24, temperature=temperature, seed=3)
+    step = policy.new_episode("q", seed=1).act(BASE_MESSAGES, TOOLS)
+    assert step.completion_tokens == len(step.completion_token_ids) == len(step.completion_logprobs) > 0
+    prompt = policy.render_prompt(BASE_MESSAGES, TOOLS)
+    assert step.prompt_tokens == policy.token_counter().count(prompt)
+    assert step.raw_text is not None
+    assert step.tool_calls or step.content or step.error  # a random model: anything, but never a raise
+    assert _forward_logprobs(policy, step, BASE_MESSAGES, TOOLS, temperature) == pytest.approx(step.completion_logprobs, abs=1e-4)
+    again = policy.new_episode("q", seed=1).act(BASE_MESSAGES, TOOLS)
+    assert again.completion_token_ids == step.completion_token_ids  # same seeds, same sample
+    if temperature > 0:
+        others = [policy.new_episode("q", seed=s).act(BASE_MESSAGES, TOOLS).completion_token_ids for s in (2, 3)]
+        assert any(o != step.completion_token_ids for o in others)
+
+
+def _forced(monkeypatch, policy, text: str) -> None:
+    """Make the policy's model 'generate' exactly `text` (+ <|im_end|>), with real logits."""
+    import torch
+
+    lm = policy.loaded()
+    forced = lm.tokenizer(text, add_special_tokens=False)["input_ids"] + [lm.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    model = lm.model
+
+    def generate(input_ids, attention_mask=None, generation_config=None):
+        sequences = torch.cat([input_ids, torch.tensor([forced])], dim=1)
+        logits = model(sequences).logits[0, input_ids.shape[1] - 1:-1]
+        return SimpleNamespace(sequences=sequences, logits=tuple(step.unsqueeze(0) for step in logits))
+
+    monkeypatch.setattr(model, "generate", generate)
+
+
+@pytest.fixture
+def forced_policy(tiny_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
+    return TransformersPolicy.from_loaded(model, AutoTokenizer.from_pretrained(str(tiny_dir)), max_new_tokens=64)
+
+
+@pytest.mark.parametrize("text, calls", [
+    ('<tool_call>\n{"name": "search_corpus", "arguments": {"query": "acme"}}\n</tool_call>\n'
+     '<tool_call>\n{"name": "grep_corpus", "arguments": {"pattern": "Roe"}}\n</tool_call>',
+     [("search_corpus", {"query": "acme"}), ("grep_corpus", {"pattern": "Roe"})]),
+    ('<tool_call>[{"name": "search_corpus", "arguments": {"query": "acme"}}]</tool_call>', [("search_corpus", {"query": "acme"})]),
+    ('[{"name": "search_corpus", "arguments": {"query": "acme"}}]', [("search_corpus", {"query": "acme"})]),
+])
+def test_transformers_policy_parses_each_format(monkeypatch, forced_policy, text, calls):
+    _forced(monkeypatch, forced_policy, text)
+    step = forced_policy.new_episode("q").act(BASE_MESSAGES, TOOLS)
+    assert step.error is None and step.content is None
+    assert [(c.name, c.arguments) for c in step.tool_calls] == calls
+    assert [c.id for c in step.tool_calls] == [f"call_0_{i}" for i in range(len(calls))]
+    assert step.raw_text.endswith("<|im_end|>") and len(step.completion_logprobs) == step.completion_tokens
+
+
+def test_transformers_policy_final_answer(monkeypatch, forced_policy):
+    answer = "<Document id=d1><Justification>Names the founder.</Justification></Document>"
+    _forced(monkeypatch, forced_policy, answer)
+    step = forced_policy.new_episode("q").act(BASE_MESSAGES, TOOLS)
+    assert step.content == answer and step.tool_calls == [] and step.error is None
+
+
+@pytest.mark.parametrize("text, expect", [
+    ('<tool_call>\n{"name": "search_corpus", "arguments": {"query": "acme"</tool_call>', "not valid JSON"),
+    ('<tool_call>\n{"name": "search_corpus", "argu', "cut off"),
+    ('<tool_call>{"name": "search_corpus", "arguments": "{query"}</tool_call>', "arguments are not valid JSON"),
+    ("", "empty completion"),
+])
+def test_transformers_policy_malformed_completion_is_recorded(monkeypatch, forced_policy, text, expect):
+    _forced(monkeypatch, forced_policy, text)
+    step = forced_policy.new_episode("q").act(BASE_MESSAGES, TOOLS)  # never raises
+    assert step.error is not None and expect in step.error
+    assert step.completion_token_ids and len(step.completion_logprobs) == step.completion_tokens
+
+
+def test_transformers_policy_prompt_longer_than_window(tmp_path):
+    from retrieval.policies.transformers_policy import TransformersPolicy
+    from retrieval.small_model import build_tiny_model
+
+    folder = build_tiny_model(tmp_path / "short", ["short window"], seed=0, max_position_embeddings=32)
+    step = TransformersPolicy(str(folder), max_new_tokens=8).new_episode("q").act(BASE_MESSAGES, TOOLS)
+    assert step.error and "window" in step.error and step.prompt_tokens > 32
+
+
+def test_transformers_policy_loads_lora_adapter(tmp_path, tiny_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
+    torch.manual_seed(0)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+    plain = TransformersPolicy(str(tiny_dir), max_new_tokens=12).new_episode("q").act(BASE_MESSAGES, TOOLS)
+    adapted_policy = TransformersPolicy(str(tiny_dir), adapter_path=tmp_path / "adapter", max_new_tokens=12)
+    adapted = adapted_policy.new_episode("q").act(BASE_MESSAGES, TOOLS)
+    assert type(adapted_policy.loaded().model).__name__.startswith("Peft")
+    assert adapted.completion_logprobs != plain.completion_logprobs  # the adapter changes the model
+    assert "+" in adapted_policy.name
+
+
+def test_policy_specs_and_token_counters(tiny_dir):
+    from retrieval.policies import openai_policy, transformers_policy
+
+    policy = transformers_policy.policy_from_spec(str(tiny_dir), max_new_tokens=4)
+    assert policy.name == f"transformers:{tiny_dir}" and policy.max_new_tokens == 4
+    counter = policy.token_counter()
+    assert counter.count("<tool_call>") == 1  # the model's own tokenizer
+    remote = openai_policy.policy_from_spec("http://127.0.0.1:9/v1#served-model", timeout=5)
+    assert (remote.base_url, remote.model, remote.timeout) == ("http://127.0.0.1:9/v1", "served-model", 5)
+    assert remote.name == "openai:http://127.0.0.1:9/v1#served-model"
+    assert remote.token_counter().count("the river flows north") == 4  # MiniLM word pieces (fallback)
+    exact = openai_policy.OpenAIPolicy("http://x/v1", "m", tokenizer_path=str(tiny_dir))
+    assert exact.token_counter().count("<tool_call>") == 1
+    with pytest.raises(ValueError):
+        openai_policy.policy_from_spec("http://no-model/v1")
+    with pytest.raises(FileNotFoundError):
+        transformers_policy.TransformersPolicy("/nonexistent/model").token_counter()
+
+
+def test_policies_pickle_without_their_clients_or_models(tiny_dir):
+    """Policies cross process boundaries (executors, workers): live clients and models stay behind."""
+    import pickle
+
+    from retrieval.policies.openai_policy import OpenAIPolicy
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    remote = OpenAIPolicy("http://127.0.0.1:9/v1", "m", timeout=3)
+    remote.client()
+    copy = pickle.loads(pickle.dumps(remote))
+    assert copy._client is None and copy.client().timeout == 3 and copy.name == remote.name
+    local = TransformersPolicy(str(tiny_dir), max_new_tokens=3)
+    local.loaded()
+    clone = pickle.loads(pickle.dumps(local))
+    assert clone._loaded is None and clone.max_new_tokens == 3
+    assert clone.new_episode("q").act(BASE_MESSAGES, TOOLS).completion_tokens <= 3
+
+
+# ---------------------------------------------------------------- openai policy against the scripted stub
+
+def _ok(content=None, tool_calls=None):
+    return Reply(body=completion(content=content, tool_calls=tool_calls))
+
+
+def test_openai_policy_request_and_tool_calls(monkeypatch):
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    monkeypatch.setenv("SEARCHSMITH_TEST_KEY", "sk-test-secret")
+    with ScriptedOpenAI(lambda req, n: _ok(tool_calls=[{"name": "search_corpus", "arguments": {"query": "acme"}},
+                                                        {"name": "grep_corpus", "arguments": {"pattern": "Roe"}}])) as stub:
+        policy = OpenAIPolicy(stub.base_url, "teacher", api_key_env="SEARCHSMITH_TEST_KEY", timeout=7, max_retries=2,
+                              temperature=0.3, max_tokens=99, seed=5)
+        history = BASE_MESSAGES + [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "search_corpus", "arguments": {"query": "x"}}}],
+             "internal_note": "harness-only keys are not sent"},
+            {"role": "tool", "tool_call_id": "a", "content": "No results."},
+        ]
+        step = policy.new_episode("q", seed=2).act(history, TOOLS)
+        request, headers = stub.requests[0], stub.headers[0]
+    assert [(c.name, c.arguments) for c in step.tool_calls] == [("search_corpus", {"query": "acme"}), ("grep_corpus", {"pattern": "Roe"})]
+    assert step.error is None and (step.prompt_tokens, step.completion_tokens) == (11, 7)
+    assert request["model"] == "teacher" and request["tools"] == TOOLS
+    assert request["tool_choice"] == "auto" and request["parallel_tool_calls"] is True
+    assert request["max_tokens"] == 99 and request["temperature"] == 0.3 and isinstance(request["seed"], int)
+    assert request["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"query": "x"}'
+    assert "internal_note" not in request["messages"][2]
+    assert headers["authorization"] == "Bearer sk-test-secret"
+    client = policy.client()
+    assert client.timeout == 7 and client.max_retries == 2
+    assert "sk-test-secret" not in repr(vars(policy)) and "sk-test-secret" not in policy.name
+
+
+def test_openai_policy_without_key_env_sends_empty():
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    with ScriptedOpenAI(lambda req, n: _ok(content="done")) as stub:
+        step = OpenAIPolicy(stub.base_url, "m").new_episode("q").act(BASE_MESSAGES, [])
+        assert stub.headers[0]["authorization"] == "Bearer EMPTY"
+        assert "tools" not in stub.requests[0] and "tool_choice" not in stub.requests[0]
+    assert step.content == "done" and step.tool_calls == []
+
+
+def test_openai_policy_malformed_arguments_are_recorded():
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    body = completion(content=None)
+    body["choices"][0]["message"]["tool_calls"] = [
+        {"id": "t1", "type": "function", "function": {"name": "search_corpus", "arguments": '{"query": "acme"'}},
+        {"id": "t2", "type": "function", "function": {"name": "grep_corpus", "arguments": '{"pattern": "Roe"}'}},
+    ]
+    with ScriptedOpenAI(lambda req, n: Reply(body=body)) as stub:
+        step = OpenAIPolicy(stub.base_url, "m", max_retries=0).new_episode("q").act(BASE_MESSAGES, TOOLS)
+    bad, good = step.tool_calls
+    assert bad.raw_arguments == '{"query": "acme"' and bad.arguments == {}
+    assert good.arguments == {"pattern": "Roe"} and good.raw_arguments is None
+    assert "search_corpus: arguments are not valid JSON" in step.error
+
+
+def test_openai_policy_parses_calls_left_in_text():
+    """A server without a tool parser (or whose parser gave up) returns the call as text."""
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    text = '<tool_call>\n{"name": "search_corpus", "arguments": {"query": "acme"}}\n</tool_call>\n<tool_call>\n{"name": "grep'
+    with ScriptedOpenAI(lambda req, n: _ok(content=text)) as stub:
+        step = OpenAIPolicy(stub.base_url, "m").new_episode("q").act(BASE_MESSAGES, TOOLS)
+    assert [(c.name, c.arguments) for c in step.tool_calls] == [("search_corpus", {"query": "acme"})]
+    assert "cut off" in step.error and step.raw_text == text
+
+
+def test_openai_policy_timeout_retries_then_raises():
+    import openai
+
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    with ScriptedOpenAI(lambda req, n: Reply(body=completion(content="late"), delay_s=1.5)) as stub:
+        policy = OpenAIPolicy(stub.base_url, "m", timeout=0.3, max_retries=2)
+        started = time.monotonic()
+        with pytest.raises(openai.APITimeoutError):
+            policy.new_episode("q").act(BASE_MESSAGES, TOOLS)
+        assert stub.count == 3  # one try + two retries
+        assert time.monotonic() - started < 20
+
+
+def test_openai_policy_retries_server_errors_with_backoff():
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    def responder(req, n):
+        return Reply(503, {"error": {"message": "overloaded"}}) if n <= 2 else _ok(content="ok")
+
+    with ScriptedOpenAI(responder) as stub:
+        step = OpenAIPolicy(stub.base_url, "m", max_retries=3).new_episode("q").act(BASE_MESSAGES, TOOLS)
+        assert stub.count == 3
+    assert step.content == "ok" and step.error is None
+
+
+def test_openai_policy_drops_fields_a_server_rejects():
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    def responder(req, n):
+        if "parallel_tool_calls" in req:
+            return Reply(400, {"error": {"message": "Unsupported parameter: parallel_tool_calls"}})
+        return _ok(content="ok")
+
+    with ScriptedOpenAI(responder) as stub:
+        policy = OpenAIPolicy(stub.base_url, "m", max_retries=0)
+        episode = policy.new_episode("q")
+        assert episode.act(BASE_MESSAGES, TOOLS).content == "ok"
+        assert episode.act(BASE_MESSAGES, TOOLS).content == "ok"
+        assert stub.count == 3  # rejected once, then remembered
+        assert "tool_choice" in stub.requests[2] and "parallel_tool_calls" not in stub.requests[2]
+
+
+def test_openai_policy_rejected_request_is_recorded():
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    with ScriptedOpenAI(lambda req, n: Reply(400, {"error": {"message": "maximum context length is 8192 tokens"}})) as stub:
+        step = OpenAIPolicy(stub.base_url, "m", max_retries=0).new_episode("q").act(BASE_MESSAGES, TOOLS)
+    assert step.content is None and "maximum context length" in step.error
+
+
+def test_openai_policy_reads_logprobs_and_token_ids():
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    body = completion(content="Paris", completion_tokens=2)
+    body["choices"][0]["logprobs"] = {"content": [
+        {"token": "token_id:42", "logprob": -0.5, "bytes": None, "top_logprobs": []},
+        {"token": "token_id:2", "logprob": -0.1, "bytes": None, "top_logprobs": []},
+    ]}
+    with ScriptedOpenAI(lambda req, n: Reply(body=body)) as stub:
+        step = OpenAIPolicy(stub.base_url, "m", logprobs=True, token_ids=True).new_episode("q").act(BASE_MESSAGES, TOOLS)
+        assert stub.requests[0]["logprobs"] is True and stub.requests[0]["return_tokens_as_token_ids"] is True
+    assert step.completion_token_ids == [42, 2] and step.completion_logprobs == [-0.5, -0.1]
+
+
+# ---------------------------------------------------------------- SmolLM2 (real model) and a real server
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    from retrieval.small_model import SMOLLM2_DIRNAME, ensure_smollm2, smollm2_gguf_path
+
+    try:
+        smollm2_gguf_path()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    return ensure_smollm2(STABLE_HOME / "models" / SMOLLM2_DIRNAME)
+
+
+@pytest.mark.slow
+def test_smollm2_converts_from_gguf_once(tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from retrieval.small_model import ensure_smollm2, smollm2_gguf_path
+
+    try:
+        smollm2_gguf_path()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    folder = ensure_smollm2(tmp_path / "smollm2")
+    assert (folder / "model.safetensors").stat().st_size > 400_000_000  # fp32, 135M parameters
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    started = time.monotonic()
+    assert ensure_smollm2(tmp_path / "smollm2") == folder
+    assert time.monotonic() - started < 1.0  # cached: idempotent and cheap
+    config = AutoConfig.from_pretrained(str(folder))
+    assert config.model_type == "llama" and not hasattr(config, "quantization_config")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    text = tokenizer.apply_chat_template(FEW_SHOT[:3], tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    assert "<tools>" in text and "<tool_call>" in text
+
+
+@pytest.mark.slow
+def test_smollm2_generates_with_its_chat_template(smollm2_dir):
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(str(smollm2_dir), max_new_tokens=12)
+    step = policy.new_episode("q").act([{"role": "user", "content": "What is the capital of France?"}], [])
+    assert "Paris" in step.content and step.error is None
+    assert len(step.completion_logprobs) == step.completion_tokens <= 12
+    # With tools and two worked examples in the context, the real model makes real tool calls.
+    # 40 new tokens hold one call (34 tokens) and cut the second: the first is parsed, the cut
+    # one is recorded as an error.
+    policy = TransformersPolicy(str(smollm2_dir), max_new_tokens=40)
+    step = policy.new_episode("q").act(FEW_SHOT, TOOLS)
+    assert step.tool_calls and all(c.name == "search_corpus" for c in step.tool_calls), step.raw_text
+    assert "Initech" in step.tool_calls[0].arguments["query"]
+    assert step.error is None or "cut off" in step.error
+
+
+@pytest.fixture(scope="session")
+def openai_server(smollm2_dir):
+    from tests.support.openai_server import openai_server_for
+
+    with openai_server_for(smollm2_dir) as server:
+        yield server
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_openai_policy_against_real_server(openai_server):
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    policy = OpenAIPolicy(openai_server.base_url, openai_server.model, timeout=300, max_retries=1, max_tokens=80, seed=0)
+    assert policy.client().timeout == 300 and policy.client().max_retries == 1
+    step = policy.new_episode("q").act(FEW_SHOT, TOOLS)
+    assert isinstance(step, PolicyStep) and step.prompt_tokens > 0 and step.completion_tokens > 0
+    assert step.tool_calls or step.content
+    assert step.tool_calls, f"{openai_server.backend}: no tool calls in {step.raw_text!r} ({step.error})"
+    assert all(c.name == "search_corpus" and "query" in c.arguments for c in step.tool_calls)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_openai_policy_logprobs_from_real_server(openai_server):
+    from retrieval.policies.openai_policy import OpenAIPolicy
+
+    if not openai_server.supports_logprobs:
+        pytest.skip(f"{openai_server.backend} does not return logprobs")
+    policy = OpenAIPolicy(openai_server.base_url, openai_server.model, timeout=300, max_retries=1, max_tokens=12,
+                          logprobs=True, token_ids=True)
+    step = policy.new_episode("q").act([{"role": "user", "content": "What is the capital of France?"}], [])
+    assert "Paris" in (step.content or "")
+    assert len(step.completion_logprobs) == len(step.completion_token_ids) == step.completion_tokens
+    assert all(lp <= 0 for lp in step.completion_logprobs)
