@@ -48,7 +48,8 @@ def raw_documents(context: dg.AssetExecutionContext, store: ArtifactStoreResourc
 def chunks(context: dg.AssetExecutionContext, store: ArtifactStoreResource, customers: CustomersResource) -> dg.MaterializeResult:
     name = context.partition_key
     config = customers.get(name)
-    model = embedding_model_info(config.model_extra.get("embedding_model") if config.model_extra else None)
+    # An endpoint-served embedding model has no local tokenizer: chunk with the default one.
+    model = embedding_model_info(None if config.embedding.base_url else config.embedding.model)
     artifacts = store.get()
     result, warning = chunk_customer_documents(config, artifacts, load_token_offsets(str(model.path)), model.name, model.max_chunk_tokens)
     if warning:

@@ -81,6 +81,28 @@ class ChunkingConfig(_Strict):
     max_bytes: int = Field(default=16_384, ge=256)
 
 
+class EmbeddingConfig(_Strict):
+    """Default: the packaged all-MiniLM-L6-v2 (offline). `model` may be a sentence-transformers
+    folder, or a model name at an OpenAI-compatible embeddings endpoint when `base_url` is set."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    batch_size: int | None = Field(default=None, ge=1)
+
+
+class TeacherEndpoint(_Strict):
+    """Any OpenAI-compatible chat endpoint (task generation, distillation). The key is read from
+    the environment variable named by `api_key_env`; never put the key itself here."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    concurrency: int = Field(default=4, ge=1)
+
+
 class CorpusLimits(_Strict):
     max_document_bytes: int = Field(default=20_000_000, ge=1)
     resync_retrain_share: float = Field(default=0.2, ge=0, le=1)
@@ -94,6 +116,9 @@ class CustomerConfig(_Strict):
     schedule: str = "0 3 * * *"
     sources: list[Source] = Field(min_length=1)
     chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    teacher: TeacherEndpoint | None = None
+    tasks: dict = Field(default_factory=dict)  # synth.generate.TaskGenConfig fields, validated by that stage
     limits: CorpusLimits = Field(default_factory=CorpusLimits)
     # Folder that relative paths resolve against: the customer file's folder.
     base_dir: Path = Field(default=Path("."), exclude=True)

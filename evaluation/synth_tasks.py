@@ -81,5 +81,5 @@ def tasks_from_synth(tasks: Iterable, chunks=None) -> list[BenchTask]:
             facts=tuple(facts),
             chunk_docs=chunk_docs,
         )
-        bench.append(BenchTask(task.id, task.question, gold, f"{task.hops}-hop", {"answer": task.truth, "domain": task.domain}))
+        bench.append(BenchTask(task.id, task.agent_query, gold, f"{task.hops}-hop", {"answer": task.truth, "domain": task.domain}))
     return bench

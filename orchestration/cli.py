@@ -67,6 +67,83 @@ def cmd_sync(args) -> dict[str, Any]:
     return run_corpus_resync(args.customer)
 
 
+def cmd_search(args) -> dict[str, Any]:
+    from orchestration.runner import search
+
+    return search(args.customer, args.question, args.policy, args.k, args.parallel)
+
+
+def _human_search(payload: dict[str, Any]) -> str:
+    lines = []
+    for rank, doc in enumerate(payload["documents"], start=1):
+        lines.append(f"{rank:>2}. {doc['title']}  [{doc['doc_id']}]")
+        if doc.get("justification"):
+            lines.append(f"    {doc['justification']}")
+    s = payload["summary"]
+    lines.append(f"-- turns {s['turns']}, tool calls {s['tool_calls']}, peak tokens {s['peak_tokens']}, pruned {s['pruned']}")
+    return "\n".join(lines)
+
+
+def cmd_tasks(args) -> dict[str, Any]:
+    from orchestration.runner import run_tasks
+
+    return run_tasks(args.customer)
+
+
+def _human_tasks(payload: dict[str, Any]) -> str:
+    failed = ", ".join(f"{k} {v}" for k, v in payload["failed"].items()) or "none"
+    return (
+        f"{payload['customer']}: generated {payload['generated']}, verified {payload['verified']}, distractors {payload['distractors']}\n"
+        f"  by split: {payload['by_split']}\n  by hops: {payload['by_hops']}\n  failed: {failed}"
+    )
+
+
+def cmd_bench(args) -> dict[str, Any]:
+    from evaluation.bench import run_bench_command
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise CliError("--policies needs at least one policy, e.g. bm25,dense,hybrid,heuristic")
+    backend = chunks = None
+    if args.customer:
+        from orchestration.runner import open_index
+
+        backend, chunks = open_index(args.customer)
+    return run_bench_command(
+        args.tasks, policies, args.k, args.out, args.limit, progress=True, backend=backend, chunks=chunks, split=args.split, workers=args.workers
+    )
+
+
+def _human_bench(payload: dict[str, Any]) -> str:
+    lines = [f"{'policy':<24} {'answer':>7} {'recall':>7} {'prec':>6} {'f1':>6} {'traj_r':>7} {'prune':>6} {'tokens':>8} {'n':>5}"]
+    for name, m in payload["policies"].items():
+        prune = "-" if m.get("prune_accuracy") is None else f"{m['prune_accuracy']:.3f}"
+        lines.append(
+            f"{name:<24} {m['answer_found']:>7.3f} {m['recall']:>7.3f} {m['precision']:>6.3f} {m['f1']:>6.3f} "
+            f"{m['trajectory_recall']:>7.3f} {prune:>6} {m['mean_prompt_tokens']:>8.0f} {m['n']:>5}"
+        )
+    return "\n".join(lines)
+
+
+DEMO_QUESTION = "Which sport does the 1872 FA Cup Final belong to, and who won it?"
+
+
+def cmd_demo(args) -> dict[str, Any]:
+    """The whole lineage for the offline demo customer, then one search as a smoke test."""
+    from orchestration.runner import register_partition, run_job, search
+
+    print("materializing the lineage for customer 'demo' (offline stand-ins: see customers/demo.yaml)", file=sys.stderr)
+    register_partition("demo")
+    metadata = run_job("customer_lineage", "demo")
+    answer = search("demo", DEMO_QUESTION, "heuristic", 5, 1)
+    return {"customer": "demo", "materialized": sorted(metadata), "search": answer}
+
+
+def _human_demo(payload: dict[str, Any]) -> str:
+    lines = [f"materialized for demo: {', '.join(payload['materialized'])}", f"search: {payload['search']['question']}"]
+    return "\n".join(lines + [_human_search(payload["search"])])
+
+
 def _human_customers(payload: dict[str, Any]) -> str:
     lines = [f"added {payload['added']}"] if payload.get("added") else []
     lines += payload["customers"] or ["(no customers)"]
@@ -94,6 +171,23 @@ def build_parser() -> argparse.ArgumentParser:
     add("list", cmd_customers_list, _human_customers, "list customers", customers)
     add("add", cmd_customers_add, _human_customers, "register a customer file", customers).add_argument("file")
     add("sync", cmd_sync, _human_sync, "incremental resync of a customer's sources").add_argument("customer")
+    add("tasks", cmd_tasks, _human_tasks, "generate, verify and split synthetic search tasks").add_argument("customer")
+    bench = add("bench", cmd_bench, _human_bench, "benchmark policies on a task file; writes report.json, report.md and plots")
+    bench.add_argument("--tasks", required=True, help="external benchmark JSONL (question/answer/paragraphs) or synthetic tasks JSONL")
+    bench.add_argument("--policies", default="bm25,dense,hybrid,heuristic", help="comma-separated: bm25, dense, hybrid, heuristic, openai:URL#MODEL, transformers:PATH, POLICY@N")
+    bench.add_argument("--k", type=int, default=5, help="documents every candidate returns")
+    bench.add_argument("--out", required=True, help="output folder")
+    bench.add_argument("--limit", type=int, default=None, help="first N questions only")
+    bench.add_argument("--customer", default=None, help="for synthetic task files: the customer whose index to search")
+    bench.add_argument("--split", default="test", help="for synthetic task files: which split (default test)")
+    bench.add_argument("--workers", type=int, default=None, help="questions run concurrently")
+    add("demo", cmd_demo, _human_demo, "materialize the whole lineage for the offline demo customer")
+    search = add("search", cmd_search, _human_search, "ask a customer's search agent a question")
+    search.add_argument("customer")
+    search.add_argument("question")
+    search.add_argument("--policy", default="heuristic", help="heuristic | openai:URL#MODEL | transformers:PATH (default: heuristic)")
+    search.add_argument("--k", type=int, default=10, help="documents to return")
+    search.add_argument("--parallel", type=int, default=1, help="N independent rollouts merged by RRF")
     return parser
 
 
@@ -106,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         # Libraries that print progress to stdout must not corrupt the one JSON object.
         with contextlib.redirect_stdout(sys.stderr):
             payload = args.func(args)
-    except (CliError, CustomerConfigError, FileNotFoundError) as error:
+    except (CliError, CustomerConfigError, FileNotFoundError, ValueError) as error:
         if getattr(args, "json", False):
             sys.stdout.write(json.dumps({"error": str(error)}) + "\n")
         else:

@@ -46,3 +46,67 @@ class CustomersResource(dg.ConfigurableResource):
         path = root / "work" / name / stage
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+class ChromaResource(dg.ConfigurableResource):
+    """One Chroma deployment for every customer: `embedded` (a folder), `http` (`chroma run`), `cloud`."""
+
+    mode: str = "embedded"
+    path: str = ""  # embedded: default $SEARCHSMITH_HOME/chroma
+    host: str = "127.0.0.1"
+    port: int = 8000
+    ssl: bool = False
+    api_key_env: str = "CHROMA_API_KEY"
+    tenant: str | None = None
+    database: str | None = None
+    _client: object | None = PrivateAttr(default=None)
+
+    def client(self):
+        from retrieval.chroma_client import make_client
+
+        if self._client is None:
+            self._client = make_client(
+                self.mode,
+                path=self.path or str(searchsmith_home() / "chroma"),
+                host=self.host,
+                port=self.port,
+                ssl=self.ssl,
+                api_key_env=self.api_key_env,
+                tenant=self.tenant,
+                database=self.database,
+            )
+        return self._client
+
+    def cache_dir(self) -> Path:
+        """Local working copies of BM25 folders (the artifact store holds the durable copy)."""
+        path = searchsmith_home() / "index-cache"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+class TeacherLLMResource(dg.ConfigurableResource):
+    """The teacher LLM client; endpoint and model come from each customer's `teacher:` section,
+    shared limits (retries, backoff) from here. Calls are cached in the artifact store."""
+
+    backoff_s: float = 1.0
+    backoff_max_s: float = 30.0
+    temperature: float = 0.7
+
+    def for_customer(self, config: CustomerConfig):
+        """None when the customer has no teacher endpoint (the offline generators are used)."""
+        from synth.llm import TeacherLLM
+
+        teacher = config.teacher
+        if teacher is None:
+            return None
+        return TeacherLLM(
+            base_url=teacher.base_url,
+            model=teacher.model,
+            api_key_env=teacher.api_key_env,
+            timeout_s=teacher.timeout_s,
+            max_retries=teacher.max_retries,
+            concurrency=teacher.concurrency,
+            backoff_s=self.backoff_s,
+            backoff_max_s=self.backoff_max_s,
+            temperature=self.temperature,
+        )

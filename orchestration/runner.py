@@ -8,7 +8,7 @@ from typing import Any
 import dagster as dg
 
 from corpus.registry import CustomerRegistry
-from orchestration.errors import JobFailed
+from orchestration.errors import CliError, JobFailed
 from orchestration.partitions import customers_partitions
 
 
@@ -71,3 +71,42 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
     if "chroma_index" in metadata:
         payload["index"] = {k: metadata["chroma_index"][k] for k in ("embedded", "deleted", "collection") if k in metadata["chroma_index"]}
     return payload
+
+
+def open_index(customer: str):
+    """The customer's built index and its chunks (for fact-level gold)."""
+    from orchestration.definitions import defs
+    from corpus.stage import chunks_key
+    from retrieval.customer_index import embedder_for, open_customer_index
+
+    config = CustomerRegistry().get(customer)
+    store, chroma = defs.resources["store"].get(), defs.resources["chroma"]
+    embedder = embedder_for(config.embedding)
+    try:
+        index = open_customer_index(customer, store, chroma.client(), embedder, chroma.cache_dir())
+    except LookupError as error:
+        raise CliError(f"no index for customer {customer!r} yet: run `searchsmith sync {customer}` first ({error})") from None
+    return index, store.read_parquet(chunks_key(customer))
+
+
+def search(customer: str, question: str, policy_spec: str, k: int, parallel: int) -> dict[str, Any]:
+    """Answer from the customer's built index; the index must have been materialized (`sync`)."""
+    from serving.search import run_search
+
+    index, _ = open_index(customer)
+    response = run_search(index, question, policy_spec, k, parallel)
+    return {"customer": customer, "question": question, "policy": policy_spec, **response.as_dict()}
+
+
+def run_tasks(customer: str) -> dict[str, Any]:
+    """Materialize the three task assets and report counts by split, hops and failure reason."""
+    from orchestration.definitions import defs
+    from synth.stage import final_tasks_key, load_tasks, synthetic_key, task_config, task_counts
+    from synth.split import apply_splits
+
+    run_job("customer_tasks", customer)
+    config = CustomerRegistry().get(customer)
+    settings = task_config(customer, config.domain, config.tasks, str(config.base_dir))
+    store = defs.resources["store"].get()
+    every = apply_splits(load_tasks(store, synthetic_key(customer)), settings.split_fractions, settings.split_salt)
+    return {"customer": customer, **task_counts(every, load_tasks(store, final_tasks_key(customer)))}

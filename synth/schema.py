@@ -100,6 +100,17 @@ class SynthTask(BaseModel):
     def clues_text(self) -> str:
         return "\n".join(self.clues)
 
+    @property
+    def agent_query(self) -> str:
+        """What the search agent is asked: the clues, then the question that combines them.
+
+        Extractive questions only name the masked span ("what is hidden behind [X1]?"), so the
+        clues must travel with them; an LLM-written question that already states its clues
+        repeats them, which costs a few tokens and loses nothing.
+        """
+        clues = "\n".join(f"- {clue}" for clue in self.clues if clue.strip() and clue.strip() not in self.question)
+        return f"Clues:\n{clues}\n\nQuestion: {self.question}" if clues else self.question
+
     def with_id(self) -> "SynthTask":
         """A copy whose id is the content hash of what defines the task."""
         return self.model_copy(update={"id": task_id(self)})

@@ -1,0 +1,66 @@
+"""Lineage stage: every available candidate policy on held-out tasks and external files."""
+
+import json
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+
+from assets.index_assets import customer_embedder
+from assets.synth_assets import distractor_sets
+from corpus.stage import chunks_key
+from evaluation.customer_report import BenchmarkSettings, png_markdown, run_customer_benchmark
+from evaluation.report import render_markdown
+from orchestration.partitions import customers_partitions
+from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
+from retrieval.customer_index import open_customer_index
+from synth.stage import final_tasks_key, load_tasks
+
+
+def benchmark_prefix(customer: str) -> str:
+    return f"{customer}/benchmark/"
+
+
+def checkpoint_candidates(store, customer: str) -> list[str]:
+    """`transformers:ADAPTER` candidates for every checkpoint the training stages have promoted."""
+    candidates = []
+    for stage in ("sft", "cispo"):
+        key = f"{customer}/checkpoints/{stage}.json"
+        if store.exists(key):
+            manifest = json.loads(store.read_text(key))
+            candidates.append(f"transformers:{manifest['adapter_path']}")
+    return candidates
+
+
+@dg.asset(
+    partitions_def=customers_partitions,
+    group_name="evaluation",
+    kinds={"python", "matplotlib"},
+    deps=[distractor_sets],
+    description="Baselines, the teacher and every checkpoint on the verified test split and the customer's external "
+    "benchmark files; report.json/report.md and plots saved in the artifact store for the promotion gate.",
+)
+def benchmark_report(
+    context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.MaterializeResult:
+    name = context.partition_key
+    config = customers.get(name)
+    settings = BenchmarkSettings.model_validate(config.model_extra.get("benchmark", {}) if config.model_extra else {})
+    artifacts = store.get()
+    index = open_customer_index(name, artifacts, chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
+    candidates = list(dict.fromkeys(settings.policies + checkpoint_candidates(artifacts, name)))
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder)
+        result = run_customer_benchmark(
+            load_tasks(artifacts, final_tasks_key(name)), artifacts.read_parquet(chunks_key(name)), index, settings, candidates, out, config.base_dir
+        )
+        for path in sorted(out.rglob("*")):
+            if path.is_file():
+                artifacts.write_bytes(benchmark_prefix(name) + path.relative_to(out).as_posix(), path.read_bytes())
+        metadata: dict = {"candidates": candidates, "suites": sorted(result.reports)}
+        for suite, report in result.reports.items():
+            plots = "\n\n".join(png_markdown(p) for p in result.plots.get(suite, []))
+            metadata[f"{suite}_report"] = dg.MetadataValue.md(render_markdown(report) + "\n\n" + plots)
+    artifacts.write_text(f"{name}/benchmark/summary.json", json.dumps({suite: r["policies"] for suite, r in result.reports.items()}, indent=2, default=str))
+    metadata["path"] = dg.MetadataValue.path(artifacts.uri(benchmark_prefix(name)))
+    return dg.MaterializeResult(metadata=metadata)

@@ -1,0 +1,74 @@
+"""Lineage stage 2: chunks -> chroma_index (dense in Chroma + BM25 beside it), with checks."""
+
+import random
+
+import dagster as dg
+
+from assets.corpus_assets import chunks
+from corpus.stage import chunks_key
+from orchestration.partitions import customers_partitions
+from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
+from retrieval.customer_index import build_customer_index, embedder_for, open_customer_index
+from retrieval.index import dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
+
+RECALL_SAMPLE = 20
+RECALL_FLOOR = 0.9
+
+
+def customer_embedder(customers: CustomersResource, name: str):
+    return embedder_for(customers.get(name).embedding)
+
+
+@dg.asset(
+    partitions_def=customers_partitions,
+    group_name="retrieval",
+    kinds={"chroma", "python"},
+    deps=[chunks],
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
+    description="One Chroma collection per customer (dense) plus a BM25 index in the artifact store; "
+    "only new chunk ids are embedded, removed ones are deleted.",
+)
+def chroma_index(
+    context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.MaterializeResult:
+    name = context.partition_key
+    build = build_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
+    stats = build.stats.as_dict()
+    context.log.info(f"index {stats['collection']}: embedded {stats['embedded']}, deleted {stats['deleted']}, kept {stats['kept']}")
+    return dg.MaterializeResult(metadata={**stats, "chroma_mode": chroma.mode, "embedding_model": build.index.embedder.name})
+
+
+def _open_for_check(context: dg.AssetCheckExecutionContext, store, chroma, customers):
+    name = context.partition_key
+    index = open_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
+    return name, index
+
+
+@dg.asset_check(asset=chroma_index, blocking=True, description="The collection, BM25 and chunk table hold exactly the chunk ids.")
+def index_count_matches_chunks_check(
+    context: dg.AssetCheckExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.AssetCheckResult:
+    name, index = _open_for_check(context, store, chroma, customers)
+    passed, details = index_count_matches_chunks(index, store.get().read_parquet(chunks_key(name)))
+    return dg.AssetCheckResult(passed=passed, metadata=details)
+
+
+@dg.asset_check(asset=chroma_index, blocking=True, description="No chunk id is stored twice.")
+def no_duplicate_ids_check(
+    context: dg.AssetCheckExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.AssetCheckResult:
+    _, index = _open_for_check(context, store, chroma, customers)
+    passed, details = no_duplicate_ids(index)
+    return dg.AssetCheckResult(passed=passed, metadata=details)
+
+
+@dg.asset_check(asset=chroma_index, description="HNSW top-10 agrees with exact cosine search on a sample of chunk-derived queries.")
+def dense_recall_matches_brute_force(
+    context: dg.AssetCheckExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.AssetCheckResult:
+    _, index = _open_for_check(context, store, chroma, customers)
+    texts = index.state.table.texts
+    sample = random.Random(0).sample(texts, min(RECALL_SAMPLE, len(texts)))
+    queries = [" ".join(text.split()[:24]) for text in sample if text.strip()]
+    recall = dense_recall_vs_brute_force(index, queries, k=10)
+    return dg.AssetCheckResult(passed=recall >= RECALL_FLOOR, metadata={"recall_at_10": recall, "queries": len(queries), "floor": RECALL_FLOOR})

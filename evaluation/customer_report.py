@@ -1,0 +1,79 @@
+"""The per-customer benchmark the lineage runs: every available candidate on the verified test
+split (searched in the customer's own index) and on the external benchmark files the customer
+file lists (each pooled and indexed on its own, cached by the file's hash).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from evaluation.bench import run_bench_command, run_benchmark
+from evaluation.synth_tasks import tasks_from_synth
+from retrieval.backend import SearchBackend
+
+BASELINES = ["bm25", "dense", "hybrid", "heuristic"]
+
+
+class BenchmarkSettings(BaseModel):
+    """The customer file's `benchmark:` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    k: int = Field(5, ge=1)
+    policies: list[str] = Field(default_factory=lambda: list(BASELINES))
+    external: list[str] = Field(default_factory=list)  # benchmark JSONL files, relative to the customer file
+    external_limit: int | None = Field(None, ge=1)
+    test_limit: int | None = Field(None, ge=1)
+    workers: int | None = Field(None, ge=1)
+
+
+@dataclass
+class CustomerBenchmark:
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # suite name -> report.json object
+    plots: dict[str, list[Path]] = field(default_factory=dict)
+
+    def best(self, suite: str = "test") -> dict[str, Any]:
+        return self.reports.get(suite, {}).get("policies", {})
+
+
+def run_customer_benchmark(
+    tasks: list,
+    chunks: pl.DataFrame,
+    backend: SearchBackend,
+    settings: BenchmarkSettings,
+    candidates: list[str],
+    out_dir: Path,
+    base_dir: Path,
+) -> CustomerBenchmark:
+    result = CustomerBenchmark()
+    test_tasks = [task for task in tasks if task.split == "test" and task.passed_verification]
+    if settings.test_limit:
+        test_tasks = test_tasks[: settings.test_limit]
+    if test_tasks:
+        suite_dir = out_dir / "test"
+        result.reports["test"] = run_benchmark(
+            tasks_from_synth(test_tasks, chunks), backend, candidates, settings.k, suite_dir, progress=False, workers=settings.workers,
+            config={"suite": "verified test split", "tasks": len(test_tasks)},
+        )
+        result.plots["test"] = sorted(suite_dir.glob("*.png"))
+    for external in settings.external:
+        path = Path(external) if Path(external).is_absolute() else (base_dir / external).resolve()
+        if not path.exists():
+            raise FileNotFoundError(f"benchmark file listed in the customer file not found: {path}")
+        suite = path.stem
+        suite_dir = out_dir / suite
+        result.reports[suite] = run_bench_command(path, candidates, settings.k, suite_dir, settings.external_limit, progress=False, workers=settings.workers)
+        result.plots[suite] = sorted(suite_dir.glob("*.png"))
+    return result
+
+
+def png_markdown(path: Path) -> str:
+    """Inline a plot for the Dagster UI's markdown metadata."""
+    encoded = base64.b64encode(path.read_bytes()).decode()
+    return f"![{path.stem}](data:image/png;base64,{encoded})"

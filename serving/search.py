@@ -1,0 +1,51 @@
+"""One search request end to end: a customer's index, a policy, the harness, a ranked answer.
+
+Shared by `searchsmith search` and the HTTP search service so both answer identically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from retrieval.harness import Harness, HarnessConfig
+from retrieval.index import HybridIndex
+from retrieval.policies import load_policy
+from retrieval.trajectory import RankedDocument, Trajectory
+
+
+@dataclass
+class SearchResponse:
+    documents: list[dict[str, Any]]
+    summary: dict[str, int]
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"documents": self.documents, "summary": self.summary}
+
+
+def _documents(ranking: list[RankedDocument], index: HybridIndex, k: int) -> list[dict[str, Any]]:
+    documents = []
+    for doc in ranking[:k]:
+        title = doc.title or index.document_title(doc.doc_id) or ""
+        chunk_id = doc.chunk_id
+        if chunk_id is None:
+            chunks = index.document_chunks(doc.doc_id)
+            chunk_id = chunks[0].chunk_id if chunks else None
+        documents.append({"doc_id": doc.doc_id, "chunk_id": chunk_id, "title": title, "justification": doc.justification})
+    return documents
+
+
+def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic", k: int = 10, parallel: int = 1, seed: int = 0) -> SearchResponse:
+    if not question.strip():
+        raise ValueError("the question is empty")
+    if k < 1 or parallel < 1:
+        raise ValueError("k and parallel must be at least 1")
+    policy = load_policy(policy_spec)
+    with Harness(index, policy, HarnessConfig(max_output_docs=k)) as harness:
+        if parallel == 1:
+            trajectory = harness.run(question, seed=seed)
+            return SearchResponse(_documents(trajectory.final_ranking, index, k), trajectory.summary(), [trajectory])
+        merged = harness.run_nx(question, parallel, seed=seed)
+        return SearchResponse(_documents(merged.ranking, index, k), merged.summary(), merged.trajectories)
+
