@@ -1,0 +1,335 @@
+"""The agent harness: one provider-agnostic observe -> infer -> act state machine.
+
+Shared unchanged by distillation (a teacher policy), RL rollouts (the policy being trained,
+soft hints on), evaluation and serving (hints off): whatever differs is configuration
+(`HarnessConfig`) or the policy, never the loop. Each episode is recorded whole as a
+`Trajectory` (every turn with the exact messages the model saw, every tool call with its result
+ids, pruned ids, token counts and timings).
+
+Budget (Context-1): the view is counted with the policy's tokenizer; every observation ends
+with `[Token usage: N/T]`; past `soft_threshold * T` a prune-or-finish hint is added when
+enabled; past `hard_cutoff * T` every tool except `prune_chunks` is rejected with an error.
+Search and read results are cut to the per-call budget and to what is left of `T` after a
+reserve for the model's next reply.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field, model_validator
+
+from retrieval.answer import parse_final_answer
+from retrieval.backend import SearchBackend
+from retrieval.harness_view import View
+from retrieval.policy_base import EpisodePolicy, Policy, PolicyStep, TokenCounter, ToolCall
+from retrieval.prompts import (
+    FORCE_FINAL, HARD_CUTOFF_ERROR, MALFORMED_REPLY, PROMPT_VERSION, PRUNE_CHUNKS, SOFT_HINT,
+    USAGE_LINE, system_prompt, tool_schemas,
+)
+from retrieval.tools import EpisodeState, Fetched, Outcome, Toolbox, argument_error, content_terms
+from retrieval.trajectory import RankedDocument, Trajectory, Turn
+
+
+class PolicyError(RuntimeError):
+    """The policy (model, endpoint or script) failed; recorded in the trajectory, not a harness bug."""
+
+
+class HarnessConfig(BaseModel):
+    """Episode settings; a snapshot is stored in every trajectory."""
+
+    token_budget: int = Field(32_768, gt=0)
+    soft_threshold: float = Field(0.5, gt=0.0, lt=1.0)  # fraction of the budget
+    soft_hint: bool = False  # on for training rollouts, off for evaluation and serving
+    hard_cutoff: float = 0.85  # fraction of the budget in [0.5, 1.0]
+    search_budget_tokens: int = Field(2_048, gt=0)  # per search call: T/S = 16 full searches
+    search_candidates: int = Field(50, gt=0)  # fused candidates fetched before dedup and cuts
+    grep_limit: int = Field(5, gt=0)
+    max_pattern_chars: int = Field(256, gt=0)
+    response_reserve_tokens: int = Field(1_024, ge=0)  # kept free for the model's next reply
+    max_turns: int = Field(32, gt=0)
+    max_output_docs: int = Field(10, gt=0)
+    parallel_tool_workers: int = Field(8, gt=0)
+    max_malformed_replies: int = Field(2, ge=0)  # consecutive unparseable replies before giving up
+    raise_policy_errors: bool = False
+    raise_tool_errors: bool = False
+    record_view_messages: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> HarnessConfig:
+        if not 0.5 <= self.hard_cutoff <= 1.0:
+            raise ValueError(f"hard_cutoff must be within [0.5, 1.0] of the budget, got {self.hard_cutoff}")
+        if self.soft_threshold > self.hard_cutoff:
+            raise ValueError("soft_threshold must not be past the hard cutoff")
+        if self.response_reserve_tokens >= self.token_budget:
+            raise ValueError("response_reserve_tokens must be smaller than token_budget")
+        return self
+
+    @property
+    def hard_cutoff_tokens(self) -> int:
+        return int(self.hard_cutoff * self.token_budget)
+
+    @property
+    def soft_threshold_tokens(self) -> int:
+        return int(self.soft_threshold * self.token_budget)
+
+    @classmethod
+    def for_training(cls, **overrides) -> HarnessConfig:
+        """Rollout settings: the soft hint is shown (Context-1 shows it only during training)."""
+        return cls(**{"soft_hint": True, **overrides})
+
+
+@dataclass
+class NxResult:
+    """Nx mode: N independent rollouts and their final rankings merged by reciprocal rank fusion."""
+
+    ranking: list[RankedDocument]
+    scores: dict[str, float]
+    trajectories: list[Trajectory]
+
+    def summary(self) -> dict[str, int]:
+        parts = [t.summary() for t in self.trajectories]
+        return {
+            "turns": sum(p["turns"] for p in parts),
+            "tool_calls": sum(p["tool_calls"] for p in parts),
+            "peak_tokens": max((p["peak_tokens"] for p in parts), default=0),
+            "pruned": sum(p["pruned"] for p in parts),
+        }
+
+
+class Harness:
+    """Runs episodes of one policy against one backend. Thread-safe: episodes share no state."""
+
+    def __init__(self, backend: SearchBackend, policy: Policy, config: HarnessConfig | None = None):
+        self.backend = backend
+        self.policy = policy
+        self.config = config or HarnessConfig()
+        self.counter: TokenCounter = policy.token_counter()
+        self.toolbox = Toolbox(backend, self.counter, self.config)
+        self.tools = tool_schemas()
+        self._executor: ThreadPoolExecutor | None = None
+        self._system = system_prompt(
+            token_budget=self.config.token_budget, hard_cutoff_tokens=self.config.hard_cutoff_tokens,
+            search_budget=self.config.search_budget_tokens, grep_limit=self.config.grep_limit,
+            max_docs=self.config.max_output_docs,
+        )
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.config.parallel_tool_workers, thread_name_prefix="harness-tool")
+        return self._executor
+
+    # ---- one episode ------------------------------------------------------------------------
+    def run(self, question: str, *, seed: int = 0, task_id: str | None = None, metadata: dict | None = None) -> Trajectory:
+        cfg = self.config
+        started = time.perf_counter()
+        trajectory = Trajectory(
+            question=question, policy=self.policy.name, seed=seed, task_id=task_id,
+            config={**cfg.model_dump(), "prompt_version": PROMPT_VERSION, "backend": type(self.backend).__name__},
+            tools=self.tools, metadata=dict(metadata or {}),
+        )
+        view = View(self.counter)
+        view.add_text("system", self._system)
+        view.add_text("user", question)
+        state = EpisodeState(question=question, question_terms=content_terms(question))
+        final_step: PolicyStep | None = None
+        malformed = 0
+        try:
+            try:
+                episode = self.policy.new_episode(question, seed=seed)
+            except Exception as error:
+                raise PolicyError(f"{type(error).__name__}: {error}") from error
+            for index in range(cfg.max_turns):
+                turn, step = self._infer(episode, view, index, self.tools)
+                trajectory.turns.append(turn)
+                if step.tool_calls:
+                    malformed = 0
+                    self._act(step, view, state, turn)
+                    if view.total_tokens >= cfg.token_budget:
+                        final_step = self._force_final(episode, view, trajectory, "The context is full.", "overflow")
+                        break
+                    continue
+                if step.error and "<document" not in (step.content or "").lower() and malformed < cfg.max_malformed_replies:
+                    malformed += 1
+                    view.add_assistant(step.content or step.raw_text or "", [])
+                    self._observe(view, view.add_text("user", MALFORMED_REPLY.format(error=step.error)), turn)
+                    continue
+                final_step, trajectory.stop_reason = step, "answer" if not step.error else "malformed"
+                break
+            else:
+                reason = f"You have used all {cfg.max_turns} turns."
+                final_step = self._force_final(episode, view, trajectory, reason, "max_turns")
+        except PolicyError as error:  # recorded in the trajectory, re-raised on request
+            trajectory.error = str(error)
+            trajectory.stop_reason = "policy_error"
+            if cfg.raise_policy_errors:
+                raise error.__cause__ or error
+        if final_step is not None:
+            self._parse_answer(final_step, trajectory, state)
+        trajectory.chunk_docs = dict(state.seen)
+        trajectory.peak_tokens = max([t.prompt_tokens for t in trajectory.turns] + [view.total_tokens])
+        trajectory.total_prompt_tokens = sum(t.prompt_tokens for t in trajectory.turns)
+        trajectory.wall_s = time.perf_counter() - started
+        return trajectory
+
+    def _infer(self, episode: EpisodePolicy, view: View, index: int, tools: list) -> tuple[Turn, PolicyStep]:
+        messages = view.snapshot()
+        turn = Turn(index=index, prompt_tokens=view.total_tokens, view_messages=messages if self.config.record_view_messages else [])
+        start = time.perf_counter()
+        try:
+            step = episode.act(messages, tools)
+        except Exception as error:
+            raise PolicyError(f"{type(error).__name__}: {error}") from error
+        turn.timings["infer_ms"] = (time.perf_counter() - start) * 1000
+        turn.completion = step.content
+        turn.completion_tokens = step.completion_tokens
+        turn.completion_token_ids = step.completion_token_ids
+        turn.completion_logprobs = step.completion_logprobs
+        turn.raw_text = step.raw_text
+        turn.policy_error = step.error
+        return turn, step
+
+    def _act(self, step: PolicyStep, view: View, state: EpisodeState, turn: Turn) -> None:
+        """Run a turn's tool calls: prunes first, cutoff check, concurrent fetch, ordered results."""
+        cfg = self.config
+        start = time.perf_counter()
+        calls = _unique_ids(step.tool_calls, turn.index)
+        view.add_assistant(step.content, calls)
+        outcomes: dict[int, Outcome] = {}
+        pending: list[int] = []
+        for position, call in enumerate(calls):
+            error = argument_error(call, cfg.max_pattern_chars)
+            if error:
+                outcomes[position] = self.toolbox.text_outcome(call, error + "\n", error=error)
+            elif call.name == PRUNE_CHUNKS:
+                outcomes[position] = self.toolbox.prune(call, view)
+                turn.pruned_ids.extend(outcomes[position].record.pruned_chunk_ids)
+            else:
+                pending.append(position)
+        used = view.total_tokens
+        turn.past_hard_cutoff = used >= cfg.hard_cutoff_tokens
+        if turn.past_hard_cutoff:
+            for position in pending:
+                call = calls[position]
+                message = HARD_CUTOFF_ERROR.format(tool=call.name, used=used, cutoff=cfg.hard_cutoff_tokens, budget=cfg.token_budget)
+                outcomes[position] = self.toolbox.text_outcome(call, message + "\n", error=message, rejected=True)
+            pending = []
+        fetch_start = time.perf_counter()
+        exclude = frozenset(state.seen)
+        if len(pending) == 1:
+            fetched = {pending[0]: self.toolbox.fetch(calls[pending[0]], state, exclude)}
+        else:
+            futures = {p: self._pool().submit(self.toolbox.fetch, calls[p], state, exclude) for p in pending}
+            fetched = {p: future.result() for p, future in futures.items()}
+        turn.timings["backend_ms"] = (time.perf_counter() - fetch_start) * 1000 if pending else 0.0
+        last_index = -1
+        ceiling = cfg.token_budget - cfg.response_reserve_tokens
+        for position, call in enumerate(calls):
+            outcome = outcomes.get(position)
+            if outcome is None:
+                remaining = max(0, ceiling - used)
+                outcome = self.toolbox.materialize(call, fetched.get(position, Fetched()), state, view, remaining)
+            used += sum(outcome.part_tokens)
+            last_index = view.add_tool_result(call.id, call.name, outcome.parts, outcome.part_tokens)
+            turn.tool_calls.append(outcome.record)
+        self._observe(view, last_index, turn)
+        act_ms = (time.perf_counter() - start) * 1000
+        turn.timings["act_ms"] = act_ms
+        turn.timings["overhead_ms"] = act_ms - turn.timings["backend_ms"]
+
+    def _observe(self, view: View, last_index: int, turn: Turn) -> None:
+        """End the observation with the usage line (and the soft hint past the threshold)."""
+        cfg = self.config
+        used = view.total_tokens
+        note = "\n" + USAGE_LINE.format(used=used, budget=cfg.token_budget)
+        if cfg.soft_hint and used >= cfg.soft_threshold_tokens:
+            note += "\n" + SOFT_HINT.format(percent=round(100 * cfg.soft_threshold))
+            turn.hint_shown = True
+        view.append_to_message(last_index, note)
+        turn.view_token_usage = view.total_tokens
+
+    def _force_final(self, episode: EpisodePolicy, view: View, trajectory: Trajectory, reason: str, stop: str) -> PolicyStep:
+        """Ask once for the final answer with no tools offered; tool calls in the reply are ignored."""
+        view.add_text("user", FORCE_FINAL.format(reason=reason, max_docs=self.config.max_output_docs))
+        turn, step = self._infer(episode, view, len(trajectory.turns), [])
+        turn.forced_final = True
+        turn.view_token_usage = view.total_tokens
+        if step.tool_calls:
+            trajectory.parse_errors.append(f"{len(step.tool_calls)} tool calls after the final-answer request were ignored")
+        trajectory.turns.append(turn)
+        trajectory.stop_reason = stop
+        return step
+
+    def _parse_answer(self, step: PolicyStep, trajectory: Trajectory, state: EpisodeState) -> None:
+        trajectory.final_text = step.content
+        parsed = parse_final_answer(
+            step.content, document_title=self.backend.document_title, chunk_docs=state.seen,
+            max_docs=self.config.max_output_docs,
+        )
+        trajectory.final_ranking = parsed.documents
+        trajectory.parse_errors.extend(parsed.errors)
+
+    # ---- Nx mode ----------------------------------------------------------------------------
+    def run_nx(self, question: str, n: int, *, seed: int = 0, task_id: str | None = None, rrf_k: int = 60) -> NxResult:
+        """N independent episodes (seeds seed..seed+n-1) run concurrently, merged by RRF."""
+        if n <= 1:
+            trajectories = [self.run(question, seed=seed, task_id=task_id)]
+        else:
+            with ThreadPoolExecutor(n, thread_name_prefix="harness-nx") as pool:
+                futures = [pool.submit(self.run, question, seed=seed + i, task_id=task_id) for i in range(n)]
+                trajectories = [future.result() for future in futures]
+        ranking, scores = merge_rankings(trajectories, k=rrf_k, limit=self.config.max_output_docs)
+        return NxResult(ranking=ranking, scores=scores, trajectories=trajectories)
+
+
+def merge_rankings(trajectories: list[Trajectory], *, k: int = 60, limit: int = 10) -> tuple[list[RankedDocument], dict[str, float]]:
+    """Fuse the final rankings of several rollouts; each document keeps its best-ranked entry."""
+    from retrieval.fusion import rrf
+
+    fused = rrf([t.output_doc_ids() for t in trajectories], k=k)
+    best: dict[str, tuple[int, RankedDocument]] = {}
+    for trajectory in trajectories:
+        for rank, document in enumerate(trajectory.final_ranking):
+            if document.doc_id not in best or rank < best[document.doc_id][0]:
+                best[document.doc_id] = (rank, document)
+    ranking = [best[doc_id][1] for doc_id, _ in fused[:limit]]
+    return ranking, {doc_id: float(score) for doc_id, score in fused}
+
+
+def _unique_ids(calls: list[ToolCall], turn_index: int) -> list[ToolCall]:
+    """Tool results are matched to calls by id: give missing or repeated ids fresh ones."""
+    seen: set[str] = set()
+    unique = []
+    for position, call in enumerate(calls):
+        call_id = call.id
+        if not call_id or call_id in seen:
+            call_id = f"call_{turn_index}_{position}"
+            call = ToolCall(id=call_id, name=call.name, arguments=call.arguments, raw_arguments=call.raw_arguments)
+        seen.add(call_id)
+        unique.append(call)
+    return unique
+
+
+def run_episode(backend: SearchBackend, policy: Policy, question: str, config: HarnessConfig | None = None, **kwargs) -> Trajectory:
+    """One episode with a throwaway harness (the CLI and tests; long runs keep a Harness)."""
+    with Harness(backend, policy, config) as harness:
+        return harness.run(question, **kwargs)
+
+
+def run_nx(backend: SearchBackend, policy: Policy, question: str, n: int, config: HarnessConfig | None = None, **kwargs) -> NxResult:
+    with Harness(backend, policy, config) as harness:
+        return harness.run_nx(question, n, **kwargs)

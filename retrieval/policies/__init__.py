@@ -1,0 +1,42 @@
+"""Policies behind one interface (`retrieval.policy_base.Policy`), chosen by a spec string.
+
+Specs (the CLI's `--policy`): `heuristic` (the scripted teacher/baseline), `openai:URL#MODEL`
+and `transformers:PATH`. The model-backed policies live in their own modules and are imported
+only when asked for (torch and openai are heavy, and `heuristic` must work without them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from retrieval.policy_base import Policy
+
+# spec prefix -> (module, factory function taking (spec_rest, **options))
+_MODEL_POLICIES: dict[str, tuple[str, str]] = {
+    "openai": ("retrieval.policies.openai_policy", "policy_from_spec"),
+    "transformers": ("retrieval.policies.transformers_policy", "policy_from_spec"),
+}
+
+
+def load_policy(spec: str, **options: Any) -> Policy:
+    """Build the policy named by `spec`; options go to its constructor."""
+    spec = spec.strip()
+    if spec == "heuristic" or spec.startswith("heuristic:"):
+        from retrieval.policies.heuristic import HeuristicPolicy
+
+        return HeuristicPolicy(**options)
+    prefix, _, rest = spec.partition(":")
+    if prefix in _MODEL_POLICIES and rest:
+        module_name, factory = _MODEL_POLICIES[prefix]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            raise ValueError(f"policy {prefix!r} is not available in this installation ({module_name} missing)") from None
+        return getattr(module, factory)(rest, **options)
+    raise ValueError(f"unknown policy {spec!r}; use heuristic, openai:URL#MODEL or transformers:PATH")
+
+
+__all__ = ["load_policy"]

@@ -1,0 +1,438 @@
+"""The `heuristic` policy: a deterministic scripted search agent (offline teacher and baseline).
+
+It drives the harness exactly as a model would (real tool calls, reading the rendered tool
+results back from its messages) and follows the Context-1 playbook for multi-hop questions:
+
+1. hop 1: decompose the question into non-overlapping sub-queries (the question itself, its
+   keywords, each named entity or quoted string) and search them in parallel;
+2. hop 2..n: from the best chunks so far, take the entities the question does not mention
+   (the *bridge*: the film's director, the person who fulfilled the prophecy) and search each
+   together with the question terms those chunks do not cover; grep the strongest bridge
+   entity verbatim; prune chunks that scored low;
+3. read the best documents when budget allows, prune again, and answer with documents ranked
+   by their best chunk's evidence: rank in its search, idf-weighted question-term overlap,
+   question entities in title/text, and a link to a bridge entity found by an earlier hop.
+
+Simplifications: entities are capitalized spans (no NER model), idf is estimated over the
+chunks seen in the episode, and seeds > 0 only perturb the scoring weights and the bridge
+choices (for Nx mode diversity).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from retrieval.answer import format_final_answer
+from retrieval.embedding_model import load_token_offsets
+from retrieval.policy_base import Message, PolicyStep, TokenCounter, ToolCall
+from retrieval.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS
+from retrieval.tools import STOPWORDS, content_terms, parse_rendered_chunks
+
+_CONNECTOR = r"(?:of|the|and|de|for|in|on|von|van|der|den|la|le|du|del|da|di|y|&)"
+_CAP = r"\p{Lu}[\p{L}\p{M}\d'’.\-]*"
+_NUM = r"\d(?:[\d\-]|[,.]\d)*\p{L}*"
+_ENTITY = regex.compile(rf"(?:{_NUM}[ \t]+)?{_CAP}(?:[ \t]+(?:{_CONNECTOR}[ \t]+)*{_CAP}|[ \t]+{_NUM})*")
+_QUOTED = re.compile(r"[\"“”]([^\"“”]{3,80})[\"“”]")
+_USAGE = re.compile(r"\[Token usage: ([\d,]+)/([\d,]+)\]")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“])")
+_MONTHS = frozenset("january february march april may june july august september october november december".split())
+_WEAK_STARTS = STOPWORDS | frozenset("he she it his her they their this these those its after during however although while".split())
+
+
+def _clean_span(words: list[str], sentence_start: bool) -> str:
+    # A word ending a sentence ("China." before "Administratively") ends the span; initials
+    # and abbreviations ("J.", "U.S.") do not.
+    for position, word in enumerate(words[:-1]):
+        if word.endswith(".") and len(word.rstrip(".")) >= 3 and "." not in word.rstrip("."):
+            words = words[: position + 1]
+            break
+    while words and words[-1].rstrip(".,").lower() in STOPWORDS | {"&"}:
+        words = words[:-1]
+    if sentence_start:
+        while words and words[0].lower() in _WEAK_STARTS:
+            words = words[1:]
+    return " ".join(words).rstrip(".,'’-").removesuffix("'s").removesuffix("’s")
+
+
+def entity_spans(text: str) -> list[str]:
+    """Capitalized multi-word spans (`First for Women`, `Kiss and Tell`), cleaned, in order."""
+    spans: dict[str, None] = {}
+    for match in _ENTITY.finditer(text):
+        before = text[: match.start()].rstrip()
+        span = _clean_span(match.group(0).split(), not before or before[-1] in ".!?\"“:;(")
+        if len(span) < 3 or span.lower() in _WEAK_STARTS or span.lower() in _MONTHS:
+            continue
+        spans.setdefault(span, None)
+    return list(spans)
+
+
+def is_bridge_entity(span: str) -> bool:
+    """Names worth a follow-up search: not dates or numbers, not a month-bearing phrase."""
+    words = span.lower().split()
+    return span[0].isalpha() and not _MONTHS.intersection(words) and not any(w.isdigit() for w in words[:1])
+
+
+def split_conjunction(span: str) -> list[str]:
+    """`A and B` / `A or B` -> [A, B] (kept whole too by callers: `Kiss and Tell` is a title)."""
+    parts = [part for part in re.split(r"\s+(?:and|or|&)\s+", span) if len(part) >= 3]
+    return parts if len(parts) > 1 else []
+
+
+def question_entities(question: str) -> tuple[list[str], list[str]]:
+    """(every entity to match, the entities to search): quoted strings and capitalized spans;
+    a conjunction `A and B` is matched whole and as A and B, and searched as A and B."""
+    matched: list[str] = [q.strip() for q in _QUOTED.findall(question)]
+    searched: list[str] = list(matched)
+    for span in entity_spans(question):
+        parts = split_conjunction(span)
+        matched += [span, *parts]
+        searched += parts or [span]
+    return list(dict.fromkeys(matched)), list(dict.fromkeys(searched))
+
+
+def _has_phrase(text_lower: str, phrase: str) -> bool:
+    """`phrase` occurs in `text_lower` as whole words (plain `find`: no regex per title)."""
+    phrase = phrase.lower()
+    if not phrase:
+        return False
+    start = text_lower.find(phrase)
+    while start >= 0:
+        end = start + len(phrase)
+        if (start == 0 or not text_lower[start - 1].isalnum()) and (end == len(text_lower) or not text_lower[end].isalnum()):
+            return True
+        start = text_lower.find(phrase, start + 1)
+    return False
+
+
+def _bare_title(title: str) -> str:
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip().lower()
+
+
+def title_keys(title: str) -> tuple[str, ...]:
+    """Ways a text names a document: `Copake Lake, New York` -> `copake lake`;
+    `Nottingham Forest F.C.` -> `nottingham forest`; `Kiss and Tell (1945 film)` -> `kiss and tell`."""
+    bare = _bare_title(title)
+    keys = [bare, bare.split(",")[0].strip()]
+    words = keys[-1].split()
+    while len(words) > 1 and ("." in words[-1] or words[-1] in {"fc", "inc", "ltd", "band", "film"}):
+        words = words[:-1]
+    keys.append(" ".join(words))
+    return tuple(key for key in dict.fromkeys(keys) if len(key) > 3)
+
+
+def _title_match(name: str, chunk: Seen) -> float:
+    """1 when `name` is the chunk's document title, 0.7 when it is part of it (or it of `name`)."""
+    if name in chunk.keys:
+        return 1.0
+    if chunk.keys and (_has_phrase(chunk.keys[0], name) or any(_has_phrase(name, key) for key in chunk.keys)):
+        return 0.7
+    return 0.0
+
+
+@dataclass
+class Weights:
+    rank: float = 1.0
+    lexical: float = 1.5
+    entity: float = 1.0
+    bridge: float = 1.2
+    link: float = 0.5
+    keep_fraction: float = 0.6  # answer with documents scoring at least this fraction of the best
+
+
+@dataclass
+class Seen:
+    chunk_id: str
+    doc_id: str
+    title: str
+    text: str
+    hop: int
+    rank: int
+    weight: float
+    terms: frozenset[str] = frozenset()
+    lower: str = ""
+    keys: tuple[str, ...] = ()
+    source: str | None = None  # the bridge entity whose search found this chunk
+
+
+@dataclass
+class _Call:
+    kind: str  # search | grep | read | prune
+    hop: int
+    weight: float = 1.0
+    entity: str | None = None
+
+
+class HeuristicEpisode:
+    """Per-episode plan and memory; `act` turns the harness's messages into the next step."""
+
+    def __init__(self, question: str, *, seed: int = 0, hops: int = 2, max_docs: int = 10, read_docs: int = 2, weights: Weights | None = None):
+        self.question = question
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.weights = weights or Weights()
+        if seed:
+            w = self.weights
+            self.weights = Weights(*(value * self.rng.uniform(0.75, 1.25) for value in (w.rank, w.lexical, w.entity, w.bridge, w.link, w.keep_fraction)))
+        self.hops = hops
+        self.max_docs = max_docs
+        self.read_docs = read_docs
+        self.q_terms = content_terms(question)
+        self.q_entities, self.q_search_entities = question_entities(question)
+        self.q_lower = question.lower()
+        self.seen: dict[str, Seen] = {}
+        self.pending: dict[str, _Call] = {}
+        self.bridges: dict[str, tuple[float, list[str]]] = {}  # entity -> (strength, residual terms)
+        self.pruned: set[str] = set()
+        self.read: set[str] = set()
+        self.hop = 0
+        self.turn = 0
+        self.used, self.budget = 0, 0
+        self._cache: tuple[tuple[int, int], dict[str, float]] | None = None
+
+    # ---- the protocol -------------------------------------------------------------------------
+    def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> PolicyStep:
+        self._ingest(messages)
+        self.turn += 1
+        if not tools:
+            return self._answer()
+        calls: list[tuple[str, dict[str, Any], _Call]] = []
+        if self.hop == 0:
+            calls = self._hop1_calls()
+        elif self.hop < self.hops and not self._entities_resolved():
+            calls = self._prune_calls(keep=12) + self._bridge_calls()
+        elif self.read_docs and not self.read:
+            calls = self._prune_calls(keep=10) + self._read_calls()
+            self.hop = self.hops
+        if not any(kind.kind != "prune" for _, _, kind in calls):
+            return self._answer()
+        self.hop += 1
+        return self._step(calls)
+
+    def _step(self, calls: list[tuple[str, dict[str, Any], _Call]]) -> PolicyStep:
+        tool_calls = []
+        for position, (name, arguments, meta) in enumerate(calls):
+            call_id = f"h{self.turn}_{position}"
+            self.pending[call_id] = meta
+            tool_calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+        return PolicyStep(content=None, tool_calls=tool_calls)
+
+    def _ingest(self, messages: list[Message]) -> None:
+        """Read the results of the previous turn's calls (chunks, usage line) from the view."""
+        for message in messages:
+            if message.get("role") != "tool":
+                continue
+            meta = self.pending.pop(message.get("tool_call_id", ""), None)
+            content = message.get("content") or ""
+            usage = _USAGE.search(content)
+            if usage:
+                self.used, self.budget = (int(g.replace(",", "")) for g in usage.groups())
+            if meta is None or meta.kind == "prune":
+                continue
+            for rank, chunk in enumerate(parse_rendered_chunks(content), start=1):
+                if chunk.chunk_id in self.seen:
+                    continue
+                lower = f"{chunk.title}\n{chunk.text}".lower()
+                self.seen[chunk.chunk_id] = Seen(
+                    chunk.chunk_id, chunk.doc_id, chunk.title, chunk.text, meta.hop, rank, meta.weight,
+                    frozenset(content_terms(f"{chunk.title} {chunk.text}")), lower, title_keys(chunk.title), meta.entity,
+                )
+
+    # ---- planning -------------------------------------------------------------------------------
+    def _hop1_calls(self) -> list[tuple[str, dict[str, Any], _Call]]:
+        queries: dict[str, float] = {self.question.strip(): 1.0}
+        keywords = " ".join(self.q_terms)
+        if keywords and keywords.lower() != self.q_lower.strip(" ?"):
+            queries.setdefault(keywords, 1.0)
+        entity_words = set(content_terms(" ".join(self.q_entities)))
+        others = [t for t in self.q_terms if t not in entity_words][:3]
+        for entity in self.q_search_entities[:3]:
+            queries.setdefault(" ".join([entity, *others]) if len(self.q_search_entities) > 1 else entity, 0.8)
+        return [(SEARCH_CORPUS, {"query": q}, _Call("search", 1, w)) for q, w in list(queries.items())[:5]]
+
+    def _entities_resolved(self) -> bool:
+        """A comparison (`A or B`, `A and B`): every named entity has its own document already."""
+        if len(self.q_search_entities) < 2:
+            return False
+        return all(any(e.lower() in c.keys for c in self.seen.values()) for e in self.q_search_entities)
+
+    def _bridge_calls(self) -> list[tuple[str, dict[str, Any], _Call]]:
+        hop = self.hop + 1
+        candidates = self._bridge_candidates()
+        if self.seed and len(candidates) > 3 and self.rng.random() < 0.5:
+            candidates = candidates[1:]  # seeded variation (Nx mode): follow other bridges
+        calls = []
+        for entity, strength, residual in candidates[:3]:
+            self.bridges[entity] = (strength, residual)
+            calls.append((SEARCH_CORPUS, {"query": " ".join([entity, *residual[:4]])}, _Call("search", hop, 0.9, entity)))
+        if candidates:
+            top = candidates[0][0]
+            calls.append((GREP_CORPUS, {"pattern": rf"\b{re.escape(top)}\b"}, _Call("grep", hop, 0.6, top)))
+        return calls
+
+    def _bridge_candidates(self) -> list[tuple[str, float, list[str]]]:
+        """Entities of the best documents so far that the question does not name, strongest first.
+
+        An occurrence counts more in a sentence that shares words with the question (the
+        sentence that links the bridge to the question), and less for an entity found in many
+        of the chunks seen (generic: `United States`) or already titled by a seen document.
+        """
+        scores = self._scores()
+        anchors = self._anchors(scores, 3)
+        n = max(2, len(self.seen))
+        seen_titles = {key for c in self.seen.values() for key in c.keys}
+        known = {e.lower() for e in self.q_entities} | {b.lower() for b in self.bridges}
+        q_terms = set(self.q_terms)
+        found: dict[str, float] = {}
+        residuals: dict[str, list[str]] = {}
+        top_score = scores[anchors[0].chunk_id] if anchors else 1.0
+        for chunk in anchors:
+            base = scores[chunk.chunk_id] / (top_score or 1.0)
+            for sentence in _SENTENCE.split(chunk.text):
+                overlap = len(q_terms.intersection(content_terms(sentence)))
+                spans = entity_spans(sentence)
+                for entity in spans + [part for span in spans for part in split_conjunction(span)]:
+                    low = entity.lower()
+                    if not is_bridge_entity(entity) or low in self.q_lower or low in chunk.keys or any(low in k or k in low for k in known):
+                        continue
+                    df = sum(1 for c in self.seen.values() if low in c.lower)
+                    rarity = math.log(1 + n / (1 + df)) / math.log(1 + n)
+                    weight = base * (1 + 0.5 * min(overlap, 4)) * rarity * (0.6 if low in seen_titles else 1.0)
+                    found[entity] = found.get(entity, 0.0) + weight
+                    residuals.setdefault(entity, [t for t in self.q_terms if t not in chunk.terms and not any(t in k for k in known)])
+        ranked = sorted(found.items(), key=lambda item: -item[1])
+        return [(entity, strength, residuals[entity]) for entity, strength in ranked]
+
+    def _read_calls(self) -> list[tuple[str, dict[str, Any], _Call]]:
+        if self.budget and self.used > self.budget * 0.6:
+            return []
+        docs = [doc for doc, _ in self._doc_ranking() if doc not in self.read][: self.read_docs]
+        self.read.update(docs)
+        return [(READ_DOCUMENT, {"doc_id": doc}, _Call("read", self.hop + 1, 0.7)) for doc in docs]
+
+    def _prune_calls(self, keep: int) -> list[tuple[str, dict[str, Any], _Call]]:
+        """Prune chunks far down the ranking whose document will not be answered with."""
+        scores = self._scores()
+        ranked = sorted((c for c in self.seen.values() if c.chunk_id not in self.pruned), key=lambda c: -scores[c.chunk_id])
+        keep_docs = {doc for doc, _ in self._doc_ranking()[: self.max_docs]}
+        best = max(scores.values(), default=0.0)
+        victims = [c.chunk_id for c in ranked[keep:] if c.doc_id not in keep_docs and scores[c.chunk_id] < 0.5 * best]
+        if not victims:
+            return []
+        self.pruned.update(victims)
+        return [(PRUNE_CHUNKS, {"chunk_ids": victims}, _Call("prune", self.hop))]
+
+    # ---- scoring --------------------------------------------------------------------------------
+    def _base_scores(self) -> dict[str, float]:
+        """Evidence from the chunk alone: its rank, question-term overlap, question entities."""
+        w = self.weights
+        n = max(1, len(self.seen))
+        df: dict[str, int] = {}
+        for chunk in self.seen.values():
+            for term in chunk.terms:
+                df[term] = df.get(term, 0) + 1
+        idf = {t: math.log(1 + n / (1 + df.get(t, 0))) for t in self.q_terms}
+        total_idf = sum(idf.values()) or 1.0
+        entities = [e.lower() for e in self.q_entities]
+        scores = {}
+        for chunk in self.seen.values():
+            rank = chunk.weight * 61 / (60 + chunk.rank) * (1.2 if chunk.hop == 1 and chunk.rank == 1 else 1.0)
+            lexical = sum(idf[t] for t in self.q_terms if t in chunk.terms) / total_idf
+            entity = max([_title_match(e, chunk) or (0.4 if _has_phrase(chunk.lower, e) else 0.0) for e in entities], default=0.0)
+            scores[chunk.chunk_id] = w.rank * rank + w.lexical * lexical + w.entity * entity
+        return scores
+
+    def _anchors(self, scores: dict[str, float], count: int) -> list[Seen]:
+        """The best chunk of each of the `count` best documents."""
+        anchors: dict[str, Seen] = {}
+        for chunk in sorted(self.seen.values(), key=lambda c: -scores[c.chunk_id]):
+            anchors.setdefault(chunk.doc_id, chunk)
+            if len(anchors) == count:
+                break
+        return list(anchors.values())
+
+    def _scores(self) -> dict[str, float]:
+        """Base evidence plus links: a document named in (or naming) one of the best documents,
+        or titled by a bridge entity an earlier hop searched for: the second hop's target."""
+        key = (len(self.seen), len(self.bridges))
+        if self._cache and self._cache[0] == key:
+            return self._cache[1]
+        w = self.weights
+        base = self._base_scores()
+        anchors = self._anchors(base, 3)
+        top = base[anchors[0].chunk_id] if anchors else 1.0
+        strongest = max((s for s, _ in self.bridges.values()), default=1.0) or 1.0
+        scores = {}
+        for chunk in self.seen.values():
+            link = 0.0
+            for anchor in anchors:
+                if anchor.doc_id == chunk.doc_id:
+                    continue
+                strength = base[anchor.chunk_id] / (top or 1.0)
+                if any(_has_phrase(anchor.lower, key) for key in chunk.keys):
+                    link = max(link, strength)
+                elif any(_has_phrase(chunk.lower, key) for key in anchor.keys):
+                    link = max(link, 0.5 * strength)
+            bridge = 0.0
+            for name, (strength, residual) in self.bridges.items():
+                low = name.lower()
+                tie = _title_match(low, chunk)
+                if not tie and _has_phrase(chunk.lower, low):
+                    tie = 1.0 if chunk.source == name else 0.5  # found by searching for it, and names it
+                if tie:
+                    cover = sum(1 for t in residual if t in chunk.terms) / max(1, len(residual))
+                    bridge = max(bridge, tie * (strength / strongest) * (0.5 + 0.5 * cover))
+            scores[chunk.chunk_id] = base[chunk.chunk_id] + w.link * link + w.bridge * bridge
+        self._cache = (key, scores)
+        return scores
+
+    def _doc_ranking(self) -> list[tuple[str, float]]:
+        scores = self._scores()
+        per_doc: dict[str, list[float]] = {}
+        for chunk_id, score in scores.items():
+            per_doc.setdefault(self.seen[chunk_id].doc_id, []).append(score)
+        fused = {doc: max(values) + 0.1 * (len(values) - 1) for doc, values in per_doc.items()}
+        return sorted(fused.items(), key=lambda item: -item[1])
+
+    def _answer(self) -> PolicyStep:
+        ranked = self._doc_ranking()
+        if not ranked:
+            return PolicyStep(content="No supporting documents were found.")
+        best = ranked[0][1]
+        chosen = [(doc, score) for doc, score in ranked if score >= self.weights.keep_fraction * best][: self.max_docs]
+        return PolicyStep(content=format_final_answer([(doc, self._justify(doc)) for doc, _ in chosen]))
+
+    def _justify(self, doc_id: str) -> str:
+        """The sentence of the document's best chunk sharing most terms with the question."""
+        chunks = [c for c in self.seen.values() if c.doc_id == doc_id]
+        terms = set(self.q_terms) | {e.lower() for e in self.bridges}
+        best_sentence, best_overlap = "", -1
+        for chunk in chunks:
+            for sentence in _SENTENCE.split(chunk.text):
+                overlap = len(terms & set(content_terms(sentence)))
+                if overlap > best_overlap:
+                    best_sentence, best_overlap = sentence.strip(), overlap
+        title = chunks[0].title if chunks else doc_id
+        return f"{title}: {best_sentence[:240]}"
+
+
+@dataclass
+class HeuristicPolicy:
+    """Factory of heuristic episodes; counts tokens with the embedding model's word pieces."""
+
+    name: str = "heuristic"
+    hops: int = 2
+    max_docs: int = 10
+    read_docs: int = 2
+    weights: Weights = field(default_factory=Weights)
+
+    def new_episode(self, question: str, seed: int = 0) -> HeuristicEpisode:
+        return HeuristicEpisode(question, seed=seed, hops=self.hops, max_docs=self.max_docs, read_docs=self.read_docs, weights=self.weights)
+
+    def token_counter(self) -> TokenCounter:
+        return load_token_offsets()
