@@ -1,0 +1,172 @@
+"""SFT samples: one per assistant turn, prompt = the (pruned) view the model saw, loss on the reply only.
+
+The trajectory is real: a scripted policy drives the harness over a tiny in-memory backend
+(parallel searches, a prune, a read, an answer), so the views carry real pruning markers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.answer import format_final_answer
+from retrieval.harness import HarnessConfig, run_episode
+from retrieval.policies.transformers_policy import TokenizerCounter, template_messages
+from retrieval.policy_base import PolicyStep, ToolCall
+from tests.support.tiny_models import TinyBackend, tiny_model_dir
+from training.sft_samples import (
+    IGNORE_INDEX, TemplatePrefixError, assistant_message, build_samples, tokenize_turn, turn_chat,
+)
+
+QUESTION = "Which engineer designed the Alpha Lighthouse, and where did she teach?"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir(tmp_path_factory)))
+
+
+class PlanPolicy:
+    """Two parallel searches; prune one shown chunk and read a document; answer."""
+
+    name = "plan"
+
+    def __init__(self, counter):
+        self.counter = counter
+
+    def token_counter(self):
+        return self.counter
+
+    def new_episode(self, question, seed=0):
+        return _PlanEpisode()
+
+
+class _PlanEpisode:
+    def __init__(self):
+        self.turn = 0
+
+    def act(self, messages, tools) -> PolicyStep:
+        turn, self.turn = self.turn, self.turn + 1
+        if turn == 0:
+            return PolicyStep(content=None, tool_calls=[
+                ToolCall("a", "search_corpus", {"query": "Alpha Lighthouse Corven Point engineer"}),
+                ToolCall("b", "search_corpus", {"query": "Mara Quell taught Lisbon"}),
+            ])
+        if turn == 1:
+            return PolicyStep(content="Dropping the river chunk.", tool_calls=[
+                ToolCall("c", "prune_chunks", {"chunk_ids": ["river-0"]}),
+                ToolCall("d", "read_document", {"doc_id": "quell"}),
+            ])
+        return PolicyStep(content=format_final_answer([("lighthouse", "designed by Mara Quell"), ("quell", "taught in Lisbon")]))
+
+
+@pytest.fixture(scope="module")
+def trajectory(tokenizer):
+    config = HarnessConfig(token_budget=4096, response_reserve_tokens=256, search_budget_tokens=512)
+    trajectory = run_episode(TinyBackend(), PlanPolicy(TokenizerCounter(tokenizer)), QUESTION, config, task_id="t1")
+    assert [len(t.tool_calls) for t in trajectory.turns] == [2, 2, 0]
+    assert trajectory.turns[1].pruned_ids == ["river-0"], "the plan must prune a chunk it was shown"
+    return trajectory
+
+
+def _prompt_text(tokenizer, trajectory, turn):
+    prompt, _, tools = turn_chat(trajectory, turn)
+    return tokenizer.apply_chat_template(template_messages(prompt), tools=tools, add_generation_prompt=True, tokenize=False)
+
+
+def test_each_assistant_turn_is_one_sample_whose_prompt_is_that_turns_view(tokenizer, trajectory):
+    samples = build_samples([trajectory], tokenizer, max_length=100_000).samples
+    assert [s.turn_index for s in samples] == [0, 1, 2]
+    for sample, turn in zip(samples, trajectory.turns):
+        n_prompt = next(i for i, label in enumerate(sample.labels) if label != IGNORE_INDEX)
+        assert tokenizer.decode(sample.input_ids[:n_prompt]) == _prompt_text(tokenizer, trajectory, turn)
+
+
+def test_the_pruned_chunk_is_gone_from_later_prompts_only(tokenizer, trajectory):
+    river = "flows into the Grey Sea"
+    before, after = (_prompt_text(tokenizer, trajectory, trajectory.turns[i]) for i in (1, 2))
+    assert river in before and "[pruned chunk river-0]" not in before
+    assert river not in after and "[pruned chunk river-0]" in after
+
+
+def test_labels_cover_exactly_the_assistant_reply(tokenizer, trajectory):
+    samples = build_samples([trajectory], tokenizer, max_length=100_000).samples
+    expected = [
+        '<tool_call>\n{"name": "search_corpus", "arguments": {"query": "Alpha Lighthouse Corven Point engineer"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "search_corpus", "arguments": {"query": "Mara Quell taught Lisbon"}}\n</tool_call><|im_end|>',
+        'Dropping the river chunk.\n<tool_call>\n{"name": "prune_chunks", "arguments": {"chunk_ids": ["river-0"]}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "read_document", "arguments": {"doc_id": "quell"}}\n</tool_call><|im_end|>',
+        trajectory.final_text + "<|im_end|>",
+    ]
+    for sample, text in zip(samples, expected):
+        positions = [i for i, label in enumerate(sample.labels) if label != IGNORE_INDEX]
+        assert positions == list(range(positions[0], positions[-1] + 1)), "one contiguous span"
+        assert [sample.labels[i] for i in positions] == [sample.input_ids[i] for i in positions]
+        assert tokenizer.decode([sample.input_ids[i] for i in positions]) == text
+        assert positions[-1] < len(sample.input_ids) - 1, "the template's trailing newline is not trained on"
+
+
+def test_labels_match_the_templates_generation_mask(tokenizer, trajectory):
+    """Cross-check against `{% generation %}`: the last assistant message's mask equals our labels."""
+    turn = trajectory.turns[1]
+    prompt, reply, tools = turn_chat(trajectory, turn)
+    input_ids, labels = tokenize_turn(tokenizer, prompt, reply, tools)
+    rendered = tokenizer.apply_chat_template(
+        template_messages([*prompt, reply]), tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    assert rendered["input_ids"] == input_ids
+    n_prompt = next(i for i, label in enumerate(labels) if label != IGNORE_INDEX)
+    mask = rendered["assistant_masks"]
+    assert [int(label != IGNORE_INDEX) for label in labels] == [0] * n_prompt + mask[n_prompt:]
+
+
+def test_rebuilt_reply_is_the_message_the_next_view_shows(trajectory):
+    for turn, following in zip(trajectory.turns, trajectory.turns[1:]):
+        in_view = following.view_messages[len(turn.view_messages)]
+        assert assistant_message(turn) == {k: in_view[k] for k in ("role", "content", "tool_calls") if k in in_view}
+
+
+def test_parallel_calls_stay_one_assistant_turn(tokenizer, trajectory):
+    first = build_samples([trajectory], tokenizer, max_length=100_000).samples[0]
+    text = tokenizer.decode([t for t, label in zip(first.input_ids, first.labels) if label != IGNORE_INDEX])
+    assert text.count("<tool_call>") == 2 and text.count("<|im_end|>") == 1
+
+
+def test_overlong_samples_are_reported_not_truncated(tokenizer, trajectory):
+    full = build_samples([trajectory], tokenizer, max_length=100_000)
+    lengths = [len(s.input_ids) for s in full.samples]
+    cut = sorted(lengths)[1]  # keeps the shortest sample only
+    result = build_samples([trajectory], tokenizer, max_length=cut - 1 if lengths.count(cut) > 1 else cut)
+    assert len(result.samples) + len(result.overlong) == 3
+    assert all(len(s.input_ids) <= result.max_length for s in result.samples)
+    assert [len(s.input_ids) for s in result.samples] == [n for n in lengths if n <= result.max_length]
+    assert {o.n_tokens for o in result.overlong} == {n for n in lengths if n > result.max_length}
+    meta = result.metadata()
+    assert meta["overlong"] == len(result.overlong) and len(meta["overlong_samples"]) == len(result.overlong)
+
+
+def test_dataset_is_input_ids_and_labels(tokenizer, trajectory):
+    samples = build_samples([trajectory], tokenizer, max_length=100_000)
+    dataset = samples.to_dataset()
+    assert dataset.column_names == ["input_ids", "labels"] and len(dataset) == 3
+    assert dataset[2]["labels"] == samples.samples[2].labels
+    assert len(samples.select(2, seed=1).samples) == 2
+
+
+def test_a_template_that_rewrites_the_prompt_is_refused(tokenizer, trajectory):
+    import copy
+
+    broken = copy.deepcopy(tokenizer)
+    broken.chat_template = tokenizer.chat_template.replace(
+        "{{- '<|im_start|>system\\n' + system_text -}}", "{{- '<|im_start|>system\\n' + (messages | length | string) + system_text -}}")
+    assert broken.chat_template != tokenizer.chat_template
+    with pytest.raises(TemplatePrefixError, match="prefix"):
+        build_samples([trajectory], broken, max_length=100_000)
+
+
+def test_forced_final_turn_is_rendered_without_tools(tokenizer, trajectory):
+    turn = trajectory.turns[-1].model_copy(update={"forced_final": True})
+    _, _, tools = turn_chat(trajectory, turn)
+    assert tools is None
+    assert "<tools>" not in _prompt_text(tokenizer, trajectory, turn)
+    assert "<tools>" in _prompt_text(tokenizer, trajectory, trajectory.turns[-1])

@@ -1,0 +1,156 @@
+"""LoRA SFT on a tiny random model: TRL trains on our labels as is, the adapter changes and
+reloads (peft layout + sidecar), loss falls on a repeated batch, runs are seeded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrieval.answer import format_final_answer
+from retrieval.harness import HarnessConfig, run_episode
+from retrieval.policies.transformers_policy import TokenizerCounter
+from retrieval.policy_base import PolicyStep, ToolCall
+from tests.support.tiny_models import TinyBackend, tiny_model_dir
+from training.sft import SIDECAR, data_lineage, read_sidecar, train_sft
+from training.sft_plots import plot_loss_curve
+from training.sft_samples import IGNORE_INDEX, SampleSet, build_samples
+from training.sft_settings import LoraSettings, SFTSettings
+
+LORA = LoraSettings(rank=8, alpha=16, dropout=0.0)
+SFT = SFTSettings(learning_rate=1e-2, max_steps=12, batch_size=2, grad_accum=1, lr_scheduler="constant",
+                  max_length=4096, torch_threads=1, seed=0)
+
+
+class TwoTurns:
+    name = "two-turns"
+
+    def __init__(self, counter):
+        self.counter = counter
+
+    def token_counter(self):
+        return self.counter
+
+    def new_episode(self, question, seed=0):
+        return self
+
+    def act(self, messages, tools):
+        if not any(m["role"] == "tool" for m in messages):
+            return PolicyStep(content=None, tool_calls=[ToolCall("s", "search_corpus", {"query": "Alpha Lighthouse"})])
+        return PolicyStep(content=format_final_answer([("lighthouse", "designed by Mara Quell")]))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def samples(model_dir) -> tuple[SampleSet, list]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    config = HarnessConfig(token_budget=2048, response_reserve_tokens=256, search_budget_tokens=256)
+    trajectory = run_episode(TinyBackend(), TwoTurns(TokenizerCounter(tokenizer)), "Who designed the Alpha Lighthouse?", config, task_id="t")
+    built = build_samples([trajectory], tokenizer, SFT.max_length)
+    assert len(built.samples) == 2
+    return built, [trajectory]
+
+
+@pytest.fixture(scope="module")
+def trained(samples, model_dir, tmp_path_factory):
+    sample_set, trajectories = samples
+    out = tmp_path_factory.mktemp("adapter") / "sft"
+    return train_sft(sample_set, model_dir, out, lora=LORA, sft=SFT, lineage=data_lineage(trajectories), base_model_name="tiny")
+
+
+def test_first_logged_loss_is_the_base_models_loss_on_assistant_tokens_only(trained, samples, model_dir):
+    """LoRA's B starts at zero, so step 1's loss is the base model's: TRL used our labels untouched."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for sample in samples[0].samples:
+            logits = model(input_ids=torch.tensor([sample.input_ids])).logits[0, :-1]
+            labels = torch.tensor(sample.labels[1:])
+            keep = labels != IGNORE_INDEX
+            total += torch.nn.functional.cross_entropy(logits[keep], labels[keep], reduction="sum").item()
+            count += int(keep.sum())
+    assert trained.loss_curve[0][1] == pytest.approx(total / count, rel=1e-3)
+
+
+def test_loss_falls_on_a_repeated_batch(trained):
+    losses = [loss for _, loss in trained.loss_curve]
+    assert trained.steps == SFT.max_steps and len(losses) == SFT.max_steps
+    assert losses[-1] < losses[0] - 0.5
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+
+
+def test_adapter_parameters_changed(trained):
+    from safetensors.torch import load_file
+
+    weights = load_file(f"{trained.adapter_path}/adapter_model.safetensors")
+    lora_b = [w for name, w in weights.items() if "lora_B" in name]
+    assert lora_b and all(w.abs().sum() > 0 for w in lora_b), "lora_B starts at zero; training must move it"
+    assert {name.split(".")[-3] for name in weights if "lora_A" in name} == set(LORA.target_modules)
+
+
+def test_adapter_is_in_peft_layout_with_a_sidecar(trained):
+    config = json.loads(open(f"{trained.adapter_path}/adapter_config.json").read())
+    assert config["peft_type"] == "LORA" and config["r"] == 8 and config["lora_alpha"] == 16
+    assert sorted(config["target_modules"]) == sorted(LORA.target_modules)
+    sidecar = read_sidecar(trained.adapter_path)
+    assert sidecar["base_model"] == "tiny" == trained.base_model
+    assert sidecar["lineage"]["trajectories"] == 1 and len(sidecar["lineage"]["task_fingerprint"]) == 16
+    assert sidecar["config"]["sft"]["max_steps"] == SFT.max_steps and sidecar["config"]["lora"]["rank"] == 8
+    assert sidecar["metrics"]["steps"] == trained.steps and sidecar["metrics"]["tokens_per_s"] > 0
+    assert [tuple(p) for p in sidecar["loss_curve"]] == trained.loss_curve
+    assert trained.sidecar_path.endswith(SIDECAR)
+
+
+def test_adapter_reloads_and_generates(trained, model_dir):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids = tokenizer("<|im_start|>user\nWho designed it?<|im_end|>\n<|im_start|>assistant\n", return_tensors="pt").input_ids
+    with torch.no_grad():
+        before = base(input_ids=ids).logits
+    tuned = PeftModel.from_pretrained(base, trained.adapter_path).eval()
+    with torch.no_grad():
+        after = tuned(input_ids=ids).logits
+        out = tuned.generate(input_ids=ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert not torch.allclose(before, after)
+    assert out.shape[1] > ids.shape[1]
+
+
+def test_transformers_policy_runs_an_episode_with_the_adapter(trained, model_dir):
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(str(model_dir), adapter_path=trained.adapter_path, max_new_tokens=16)
+    config = HarnessConfig(token_budget=2048, response_reserve_tokens=256, max_turns=2)
+    trajectory = run_episode(TinyBackend(), policy, "Who designed the Alpha Lighthouse?", config)
+    assert trajectory.turns and trajectory.error is None
+
+
+def test_same_seed_same_adapter(samples, model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    short = SFT.model_copy(update={"max_steps": 2, "batch_size": 1})
+    a = train_sft(samples[0], model_dir, tmp_path / "a", lora=LORA.model_copy(update={"dropout": 0.1}), sft=short)
+    b = train_sft(samples[0], model_dir, tmp_path / "b", lora=LORA.model_copy(update={"dropout": 0.1}), sft=short)
+    wa, wb = (load_file(f"{r.adapter_path}/adapter_model.safetensors") for r in (a, b))
+    assert all((wa[name] == wb[name]).all() for name in wa)
+
+
+def test_no_samples_is_an_error(model_dir, tmp_path):
+    with pytest.raises(ValueError, match="no training samples"):
+        train_sft(SampleSet([], max_length=8), model_dir, tmp_path / "x")
+
+
+def test_loss_curve_plot(trained, tmp_path):
+    assert plot_loss_curve(trained.loss_curve, tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"

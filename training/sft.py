@@ -1,0 +1,290 @@
+"""LoRA SFT with TRL's `SFTTrainer` on pre-tokenized per-turn samples; a peft adapter plus a sidecar.
+
+Why pre-tokenized: the samples' labels already mask everything but the assistant's tokens
+(`sft_samples`), per turn, against views the conversation format cannot express (pruning
+rewrites the context). TRL 1.16 takes an `input_ids` + `labels` dataset as is; we also pass
+`skip_prepare_dataset` so it neither re-tokenizes nor truncates (overlong samples were already
+reported and left out) and its collator only pads (labels with -100).
+
+Precision: fp32 on CPU (bf16 matmuls are slow there and fp16 is unsupported); on CUDA the base
+model is loaded in bf16, peft keeps the adapter in fp32, Trainer autocasts, and gradient
+checkpointing is on. Seeded through `SFTConfig.seed` (model init of the adapter, data order).
+
+Output: the adapter in peft's standard layout (`adapter_config.json` +
+`adapter_model.safetensors`, what vLLM's `--lora-modules name=path` loads) and
+`searchsmith_adapter.json` next to it: base model, data lineage, settings, metrics and the
+loss curve. `SFTResult` carries the same fields for the asset and the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from retrieval.trajectory import Trajectory
+from training.sft_samples import SampleSet, build_samples
+from training.sft_settings import LoraSettings, SFTSettings
+
+SIDECAR = "searchsmith_adapter.json"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+@dataclass
+class SFTResult:
+    adapter_path: str
+    base_model: str
+    steps: int
+    metrics: dict[str, Any]
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    sidecar_path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fingerprint(values: Iterable[str]) -> str:
+    """Order-free content hash of a set of ids (trajectories, tasks): the data lineage."""
+    digest = hashlib.sha256()
+    for value in sorted(set(values)):
+        digest.update(value.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def data_lineage(trajectories: Sequence[Trajectory], **extra: Any) -> dict[str, Any]:
+    """What the adapter was trained on: trajectory and task fingerprints, teachers, counts."""
+    return {
+        "trajectories": len(trajectories),
+        "trajectory_fingerprint": fingerprint(t.id for t in trajectories),
+        "tasks": len({t.task_id for t in trajectories}),
+        "task_fingerprint": fingerprint(str(t.task_id) for t in trajectories),
+        "teachers": sorted({t.policy for t in trajectories}),
+        **extra,
+    }
+
+
+def resolve_base_model(base_model: str | Path) -> Path:
+    """A local model folder; `smollm2` is the cached SmolLM2-135M-Instruct copy (never downloaded)."""
+    from retrieval.policies.transformers_policy import resolve_model_dir
+
+    return resolve_model_dir(base_model)
+
+
+def load_tokenizer(base_model: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(resolve_base_model(base_model)))
+
+
+def prepare_samples(trajectories: Sequence[Trajectory], base_model: str | Path, sft: SFTSettings) -> SampleSet:
+    """Samples in the base model's chat format, overlong ones reported, capped to `max_samples`."""
+    samples = build_samples(trajectories, load_tokenizer(base_model), sft.max_length)
+    return samples.select(sft.max_samples, sft.seed)
+
+
+def _device(device: str | None) -> str:
+    import torch
+
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _precision(sft: SFTSettings, device: str) -> str:
+    import torch
+
+    if sft.precision != "auto":
+        return sft.precision
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+def _loss_curve_callback() -> Any:
+    """A `TrainerCallback` collecting (step, loss) and the token count from the trainer's logs."""
+    from transformers import TrainerCallback
+
+    class LossCurve(TrainerCallback):
+        def __init__(self) -> None:
+            self.points: list[tuple[int, float]] = []
+            self.tokens = 0
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self.points.append((int(state.global_step), float(logs["loss"])))
+            if logs and "num_tokens" in logs:
+                self.tokens = int(float(logs["num_tokens"]))
+
+    return LossCurve()
+
+
+def train_sft(
+    samples: SampleSet,
+    base_model: str | Path,
+    output_dir: str | Path,
+    *,
+    lora: LoraSettings | None = None,
+    sft: SFTSettings | None = None,
+    lineage: dict[str, Any] | None = None,
+    device: str | None = None,
+    base_model_name: str | None = None,
+) -> SFTResult:
+    """Train a LoRA adapter on `samples` and save it (plus sidecar) to `output_dir`.
+
+    `samples` must come from the same tokenizer as `base_model` (see `prepare_samples`).
+    `base_model_name` is what the sidecar and the result report (the customer's spelling, e.g.
+    `smollm2`); adapter_config.json keeps the loadable folder as `base_model_name_or_path`.
+    """
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    lora = lora or LoraSettings()
+    sft = sft or SFTSettings()
+    if not samples.samples:
+        raise ValueError(f"no training samples ({len(samples.overlong)} longer than max_length {samples.max_length})")
+    model_dir = resolve_base_model(base_model)
+    device = _device(device)
+    precision = _precision(sft, device)
+    on_gpu = device.startswith("cuda")
+    checkpointing = on_gpu if sft.gradient_checkpointing is None else sft.gradient_checkpointing
+    threads_before = torch.get_num_threads()
+    if sft.torch_threads and not on_gpu:
+        torch.set_num_threads(sft.torch_threads)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32) if on_gpu else torch.float32
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats()
+        peft_config = LoraConfig(
+            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules), bias="none", task_type="CAUSAL_LM",
+        )
+        with tempfile.TemporaryDirectory(prefix="sft-trainer-") as scratch:
+            args = SFTConfig(
+                output_dir=scratch, num_train_epochs=sft.epochs, max_steps=sft.max_steps,
+                per_device_train_batch_size=sft.batch_size, gradient_accumulation_steps=sft.grad_accum,
+                learning_rate=sft.learning_rate, lr_scheduler_type=sft.lr_scheduler,
+                weight_decay=sft.weight_decay, seed=sft.seed, data_seed=sft.seed, logging_steps=sft.logging_steps,
+                bf16=on_gpu and precision == "bf16", fp16=on_gpu and precision == "fp16",
+                use_cpu=not on_gpu, report_to="none", save_strategy="no",
+                **_renamed_args(SFTConfig, checkpointing, sft.warmup_ratio),
+                max_length=None, dataset_kwargs={"skip_prepare_dataset": True}, packing=False,
+                dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty(),
+            )
+            curve = _loss_curve_callback()
+            trainer = SFTTrainer(
+                model=model, args=args, train_dataset=samples.to_dataset(), processing_class=tokenizer,
+                peft_config=peft_config, callbacks=[curve],
+            )
+            started = time.perf_counter()
+            output = trainer.train()
+            wall = time.perf_counter() - started
+        main_process = trainer.accelerator.is_main_process  # under torchrun, one rank writes
+        if main_process:
+            trainer.model.save_pretrained(str(out))
+            missing = [name for name in ADAPTER_FILES if not (out / name).is_file()]
+            if missing:
+                raise RuntimeError(f"peft did not write {missing} to {out}")
+    finally:
+        torch.set_num_threads(threads_before)
+    tokens = curve.tokens or _tokens_seen(samples, trainer.state.global_step, sft)
+    metrics = {
+        "train_loss": float(output.training_loss),
+        "first_loss": curve.points[0][1] if curve.points else None,
+        "final_loss": curve.points[-1][1] if curve.points else None,
+        "steps": int(trainer.state.global_step),
+        "epochs": float(trainer.state.epoch or 0.0),
+        "samples": len(samples.samples),
+        "overlong": len(samples.overlong),
+        "tokens": tokens,
+        "loss_tokens": sum(s.n_loss_tokens for s in samples.samples),
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None,
+        "device": device,
+        "precision": precision,
+        "gradient_checkpointing": checkpointing,
+        **_peak_memory(on_gpu),
+    }
+    base_name = base_model_name or str(model_dir)
+    sidecar = {
+        "kind": "sft",
+        "base_model": base_name,
+        "base_model_path": str(model_dir),
+        "adapter_files": list(ADAPTER_FILES),
+        "lineage": lineage or {},
+        "data": samples.metadata(),
+        "config": {"lora": lora.model_dump(), "sft": sft.model_dump()},
+        "metrics": metrics,
+        "loss_curve": curve.points,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if main_process:
+        (out / SIDECAR).write_text(json.dumps(sidecar, indent=2), encoding="utf-8")
+    return SFTResult(str(out), base_name, metrics["steps"], metrics, list(curve.points), str(out / SIDECAR))
+
+
+def run_sft(
+    trajectories: Sequence[Trajectory],
+    base_model: str | Path,
+    output_dir: str | Path,
+    *,
+    lora: LoraSettings | None = None,
+    sft: SFTSettings | None = None,
+    lineage: dict[str, Any] | None = None,
+    device: str | None = None,
+) -> SFTResult:
+    """Kept trajectories -> per-turn samples in the base model's format -> adapter (what the asset calls).
+
+    `lineage` adds to the computed trajectory/task fingerprints (e.g. the filter's counts or
+    upstream data versions); `base_model` is recorded as given (`smollm2`, a folder, an id).
+    """
+    sft = sft or SFTSettings()
+    samples = prepare_samples(trajectories, base_model, sft)
+    return train_sft(samples, base_model, output_dir, lora=lora, sft=sft, device=device,
+                     lineage=data_lineage(trajectories, **(lineage or {})), base_model_name=str(base_model))
+
+
+def _renamed_args(config_class: Any, checkpointing: bool, warmup_ratio: float) -> dict[str, Any]:
+    """Arguments transformers 5 renamed: activation checkpointing, warmup as a float `warmup_steps`."""
+    fields = getattr(config_class, "__dataclass_fields__", {})
+    out: dict[str, Any] = {}
+    out["activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"] = checkpointing
+    if "warmup_ratio" in fields:
+        out["warmup_ratio"] = warmup_ratio
+    else:
+        out["warmup_steps"] = warmup_ratio  # a float in [0, 1) is a ratio of the total steps
+    return out
+
+
+def _tokens_seen(samples: SampleSet, steps: int, sft: SFTSettings) -> int:
+    per_step = sft.batch_size * sft.grad_accum
+    lengths = [len(s.input_ids) for s in samples.samples]
+    mean = sum(lengths) / len(lengths) if lengths else 0
+    return int(mean * per_step * steps)
+
+
+def _peak_memory(on_gpu: bool) -> dict[str, float]:
+    """Peak CUDA memory on GPU; on CPU the process's peak resident set (includes everything loaded)."""
+    import torch
+
+    peak = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if on_gpu:
+        peak["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return peak
+
+
+def read_sidecar(adapter_path: str | Path) -> dict[str, Any]:
+    return json.loads((Path(adapter_path) / SIDECAR).read_text(encoding="utf-8"))
