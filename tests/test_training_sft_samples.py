@@ -7,6 +7,8 @@ The trajectory is real: a scripted policy drives the harness over a tiny in-memo
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from retrieval.answer import format_final_answer
 from retrieval.harness import HarnessConfig, run_episode
@@ -170,3 +172,38 @@ def test_forced_final_turn_is_rendered_without_tools(tokenizer, trajectory):
     assert tools is None
     assert "<tools>" not in _prompt_text(tokenizer, trajectory, turn)
     assert "<tools>" in _prompt_text(tokenizer, trajectory, trajectory.turns[-1])
+
+
+@settings(max_examples=40, deadline=None)
+@example(content="\n\n  leading newlines merge with the generation prompt's")
+@given(content=st.text(alphabet=st.characters(blacklist_characters="<", blacklist_categories=("Cs",)), min_size=1, max_size=60))
+def test_any_reply_text_is_labelled_exactly_after_the_prompts_own_tokens(tokenizer, content):
+    """Property: the prompt's tokens are those it has alone (as at inference); the labels decode to the reply."""
+    prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "q?"}]
+    input_ids, labels = tokenize_turn(tokenizer, prompt, {"role": "assistant", "content": content}, None)
+    prompt_text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    n_prompt = len(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
+    assert all(label == IGNORE_INDEX for label in labels[:n_prompt])
+    assert tokenizer.decode([t for t, label in zip(input_ids, labels) if label != IGNORE_INDEX]) == content + "<|im_end|>"
+
+
+def test_a_token_merging_across_the_prompt_end_keeps_the_prompts_own_tokens():
+    """SmolLM2's BPE merges a reply's leading newlines with the generation prompt's; the sample
+    must still start with the prompt's own tokens (what the model is given at inference)."""
+    from retrieval.small_model import SMOLLM2_DIRNAME, default_models_dir, is_complete
+
+    folder = default_models_dir() / SMOLLM2_DIRNAME
+    if not is_complete(folder):
+        pytest.skip("SmolLM2 is not cached here")
+    from transformers import AutoTokenizer
+
+    smol = AutoTokenizer.from_pretrained(str(folder))
+    prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "q?"}]
+    reply = {"role": "assistant", "content": "\n\n  leading"}
+    prompt_text = smol.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    prompt_ids = smol(prompt_text, add_special_tokens=False)["input_ids"]
+    full_ids = smol(smol.apply_chat_template([*prompt, reply], tokenize=False), add_special_tokens=False)["input_ids"]
+    assert full_ids[: len(prompt_ids)] != prompt_ids, "the premise: a token merges across the boundary"
+    input_ids, labels = tokenize_turn(smol, prompt, reply, None)
+    assert input_ids[: len(prompt_ids)] == prompt_ids
+    assert smol.decode([t for t, label in zip(input_ids, labels) if label != IGNORE_INDEX]) == "\n\n  leading<|im_end|>"

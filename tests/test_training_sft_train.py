@@ -12,7 +12,7 @@ from retrieval.harness import HarnessConfig, run_episode
 from retrieval.policies.transformers_policy import TokenizerCounter
 from retrieval.policy_base import PolicyStep, ToolCall
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
-from training.sft import SIDECAR, data_lineage, read_sidecar, train_sft
+from training.sft import SIDECAR, read_sidecar, run_sft, train_sft
 from training.sft_plots import plot_loss_curve
 from training.sft_samples import IGNORE_INDEX, SampleSet, build_samples
 from training.sft_settings import LoraSettings, SFTSettings
@@ -59,9 +59,8 @@ def samples(model_dir) -> tuple[SampleSet, list]:
 
 @pytest.fixture(scope="module")
 def trained(samples, model_dir, tmp_path_factory):
-    sample_set, trajectories = samples
     out = tmp_path_factory.mktemp("adapter") / "sft"
-    return train_sft(sample_set, model_dir, out, lora=LORA, sft=SFT, lineage=data_lineage(trajectories), base_model_name="tiny")
+    return run_sft(samples[1], str(model_dir), out, lora=LORA, sft=SFT, lineage={"filter": {"whole": 1}})
 
 
 def test_first_logged_loss_is_the_base_models_loss_on_assistant_tokens_only(trained, samples, model_dir):
@@ -102,8 +101,9 @@ def test_adapter_is_in_peft_layout_with_a_sidecar(trained):
     assert config["peft_type"] == "LORA" and config["r"] == 8 and config["lora_alpha"] == 16
     assert sorted(config["target_modules"]) == sorted(LORA.target_modules)
     sidecar = read_sidecar(trained.adapter_path)
-    assert sidecar["base_model"] == "tiny" == trained.base_model
+    assert sidecar["base_model"] == trained.base_model == config["base_model_name_or_path"]
     assert sidecar["lineage"]["trajectories"] == 1 and len(sidecar["lineage"]["task_fingerprint"]) == 16
+    assert sidecar["lineage"]["filter"] == {"whole": 1} and sidecar["data"]["samples"] == 2
     assert sidecar["config"]["sft"]["max_steps"] == SFT.max_steps and sidecar["config"]["lora"]["rank"] == 8
     assert sidecar["metrics"]["steps"] == trained.steps and sidecar["metrics"]["tokens_per_s"] > 0
     assert [tuple(p) for p in sidecar["loss_curve"]] == trained.loss_curve

@@ -9,12 +9,14 @@ student is trained on the very text it will continue at inference. The target is
 assistant message: its text and all its tool calls (parallel calls stay one message), or the
 final answer.
 
-Loss mask: the prompt (rendered with the generation prompt) must be a token prefix of the
-full render (prompt + assistant message); labels are -100 on that prefix and on whatever the
-template appends after the turn's end token (ChatML's trailing newline), so exactly the
-assistant's tokens, end token included, carry loss. A template that breaks the prefix property
-(some rewrite earlier turns once an assistant reply follows) raises `TemplatePrefixError`
-rather than training on misaligned labels.
+Loss mask: the prompt (rendered with the generation prompt) must be a text prefix of the full
+render (prompt + assistant message); the sample is the prompt's tokens followed by the reply's
+(the full render's tokens, or, when a token would merge across the boundary, the prompt and
+the reply tokenized apart, which is what the model sees at inference). Labels are -100 on the
+prompt and on whatever the template appends after the turn's end token (ChatML's trailing
+newline), so exactly the assistant's tokens, end token included, carry loss. A template that
+breaks the prefix property (some rewrite earlier turns once an assistant reply follows) raises
+`TemplatePrefixError` rather than training on misaligned labels.
 
 Samples longer than `max_length` are reported (counted and listed) and left out, never
 truncated: a truncated sample would teach answers that lost their end, or lose the answer.
@@ -151,9 +153,10 @@ def tokenize_turn(
     prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
     full_ids = tokenizer(full_text, add_special_tokens=False)["input_ids"]
     if full_ids[: len(prompt_ids)] != prompt_ids:
-        raise TemplatePrefixError(
-            "the prompt's tokens are not a prefix of the full sample's tokens (a token merges across the "
-            "generation prompt's end); per-turn assistant-only labels would be misaligned")
+        # A token merged across the generation prompt's end (e.g. a reply starting with a newline).
+        # At inference the prompt is tokenized alone and the reply's tokens follow it, so that is
+        # the sequence to train on.
+        full_ids = prompt_ids + tokenizer(full_text[len(prompt_text):], add_special_tokens=False)["input_ids"]
     if len(full_ids) == len(prompt_ids):
         raise ValueError("the assistant reply rendered to no tokens")
     end_ids = end_token_ids(tokenizer) if end_ids is None else end_ids
