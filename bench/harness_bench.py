@@ -120,7 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         tick = time.perf_counter()
         index, questions = pooled_index(args.questions, Path(folder))
-        print(f"index: {len(index)} chunks built in {time.perf_counter() - tick:.1f}s", file=sys.stderr)
+        print(f"index: {index.count()} chunks built in {time.perf_counter() - tick:.1f}s", file=sys.stderr)
         results = {}
         for policy in (HeuristicPolicy(), ScriptedMix()):
             with Harness(index, policy, HarnessConfig()) as harness:

@@ -15,6 +15,7 @@ reserve for the model's next reply.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ class Harness:
         self.toolbox = Toolbox(backend, self.counter, self.config)
         self.tools = tool_schemas()
         self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
         self._system = system_prompt(
             token_budget=self.config.token_budget, hard_cutoff_tokens=self.config.hard_cutoff_tokens,
             search_budget=self.config.search_budget_tokens, grep_limit=self.config.grep_limit,
@@ -124,14 +126,16 @@ class Harness:
         self.close()
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
 
     def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.config.parallel_tool_workers, thread_name_prefix="harness-tool")
-        return self._executor
+        with self._executor_lock:  # episodes of one harness may run on several threads (Nx, teachers)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.config.parallel_tool_workers, thread_name_prefix="harness-tool")
+            return self._executor
 
     # ---- one episode ------------------------------------------------------------------------
     def run(self, question: str, *, seed: int = 0, task_id: str | None = None, metadata: dict | None = None) -> Trajectory:
