@@ -9,6 +9,7 @@ export DAGSTER_HOME ?= $(SEARCHSMITH_HOME)/dagster
 .PHONY: install demo test test-fast ui bench clean
 
 install: $(STAMP)
+	mkdir -p $(DAGSTER_HOME)
 
 # torch first: on CPU machines the pinned CPU wheel, so no multi-GB CUDA build is pulled in.
 $(STAMP): pyproject.toml

@@ -54,17 +54,17 @@ def test_materialize_with_real_resources(customer, tmp_path, searchsmith_home):
     assert metadata["unchanged"].value == 3 and metadata["added"].value == 0
 
 
-def test_dagster_definitions_validate():
+def test_dagster_definitions_validate(searchsmith_home):
     dagster = Path(sys.executable).parent / "dagster"
-    result = subprocess.run([str(dagster), "definitions", "validate", "-w", "workspace.yaml"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([str(dagster), "definitions", "validate", "-w", "workspace.yaml"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
 def test_cli_json_contract(customer, searchsmith_home):
     env = {**os.environ, "SEARCHSMITH_CUSTOMERS_DIR": str(customer)}
-    listed = subprocess.run([*CLI, "customers", "list", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    listed = subprocess.run([*CLI, "customers", "list", "--json"], env=env, capture_output=True, text=True, timeout=600)
     assert json.loads(listed.stdout)["customers"] == ["acme"]
-    synced = subprocess.run([*CLI, "sync", "acme", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    synced = subprocess.run([*CLI, "sync", "acme", "--json"], env=env, capture_output=True, text=True, timeout=900)
     assert synced.returncode == 0, synced.stderr[-3000:]
     payload = json.loads(synced.stdout)  # exactly one JSON object on stdout
     for key in ("added", "changed", "deleted", "unchanged", "quarantined", "chunks"):
@@ -73,5 +73,5 @@ def test_cli_json_contract(customer, searchsmith_home):
     # The run is recorded in the persistent instance, so it shows in the UI.
     instance = dg.DagsterInstance.from_config(str(searchsmith_home / "dagster"))
     assert any(run.job_name == "corpus_resync" for run in instance.get_runs())
-    unknown = subprocess.run([*CLI, "sync", "nobody", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    unknown = subprocess.run([*CLI, "sync", "nobody", "--json"], env=env, capture_output=True, text=True, timeout=600)
     assert unknown.returncode == 1 and "unknown customer" in json.loads(unknown.stdout)["error"]
