@@ -12,7 +12,7 @@ import torch
 
 from evaluation.reward import reward as reference_reward
 from retrieval.harness import Harness, HarnessConfig
-from tests.test_training_cispo_support import MemoryBackend, ScriptedPolicy, answer_model_dir, lighthouse_tasks
+from tests.test_training_cispo_support import MemoryBackend, ScriptedPolicy, answer_model_dir, lighthouse_tasks, model_dir, one_thread  # noqa: F401 (fixtures)
 from training.cispo_update import accumulate_cispo_gradients, sequence_logprobs
 from training.rl_batch import MissingLogprobs, collate, sequences_from_groups, sequences_from_trajectory
 from training.rl_rollouts import RolloutCrashed, RolloutGroup, collect_rollouts, rollout_metrics
@@ -28,17 +28,8 @@ PRUNING_PLAN = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, most of all on a shared, loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return answer_model_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,9 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
+import pytest
+import torch
+
 from evaluation.metrics import Gold
 from retrieval.backend import Hit
 from retrieval.prompts import SYSTEM_PROMPT, tool_schemas
@@ -182,3 +185,17 @@ class _ScriptedEpisode:
         step.completion_tokens = len(step.completion_token_ids)
         step.raw_text = completion
         return step
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, most of all on a shared, loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return answer_model_dir(tmp_path_factory)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from retrieval.policies.transformers_policy import TransformersPolicy, clear_model_cache
-from tests.test_training_cispo_support import ANSWER_TOKENS, MemoryBackend, answer_model_dir, lighthouse_tasks
+from tests.test_training_cispo_support import ANSWER_TOKENS, MemoryBackend, answer_model_dir, lighthouse_tasks, model_dir, one_thread  # noqa: F401 (fixtures)
 from training.cispo_trainer import CispoConfig, train_cispo
 from training.cispo_update import CispoDiverged
 from training.rl_checkpoints import latest_checkpoint
@@ -30,16 +30,8 @@ LEARNING_MARGIN = 0.8  # mean reward (0..2) must rise by at least this much: +40
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return answer_model_dir(tmp_path_factory)
 
 
 def _config(**overrides) -> CispoConfig:
