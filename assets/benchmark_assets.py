@@ -6,14 +6,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.index_assets import customer_embedder
+from assets.index_assets import open_index
 from assets.synth_assets import distractor_sets
 from corpus.stage import chunks_key
 from evaluation.customer_report import BenchmarkSettings, png_markdown, run_customer_benchmark
 from evaluation.report import render_markdown
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
-from retrieval.customer_index import open_customer_index
 from synth.stage import final_tasks_key, load_tasks
 
 
@@ -47,7 +46,7 @@ def benchmark_report(
     config = customers.get(name)
     settings = BenchmarkSettings.model_validate(config.model_extra.get("benchmark", {}) if config.model_extra else {})
     artifacts = store.get()
-    index = open_customer_index(name, artifacts, chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
+    index = open_index(name, store, chroma, customers)
     candidates = list(dict.fromkeys(settings.policies + checkpoint_candidates(artifacts, name)))
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)

@@ -38,10 +38,13 @@ def chroma_index(
     return dg.MaterializeResult(metadata={**stats, "chroma_mode": chroma.mode, "embedding_model": build.index.embedder.name})
 
 
+def open_index(name: str, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource):
+    """The customer's built index for search, as every downstream asset opens it."""
+    return open_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
+
+
 def _open_for_check(context: dg.AssetCheckExecutionContext, store, chroma, customers):
-    name = context.partition_key
-    index = open_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
-    return name, index
+    return context.partition_key, open_index(context.partition_key, store, chroma, customers)
 
 
 @dg.asset_check(asset=chroma_index, blocking=True, description="The collection, BM25 and chunk table hold exactly the chunk ids.")

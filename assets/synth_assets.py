@@ -2,11 +2,10 @@
 
 import dagster as dg
 
-from assets.index_assets import chroma_index, customer_embedder
+from assets.index_assets import chroma_index, open_index
 from corpus.stage import documents_key
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource, TeacherLLMResource
-from retrieval.customer_index import open_customer_index
 from synth.checks import enough_tasks_per_split, supporting_quotes_found
 from synth.stage import (
     load_tasks,
@@ -27,10 +26,6 @@ def _setup(context, customers: CustomersResource):
     return name, config, task_config(name, config.domain, config.tasks, str(config.base_dir))
 
 
-def _index(name, store, chroma, customers):
-    return open_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
-
-
 @dg.asset(
     partitions_def=customers_partitions,
     group_name="tasks",
@@ -49,7 +44,7 @@ def synthetic_tasks(
 ) -> dg.MaterializeResult:
     name, config, settings = _setup(context, customers)
     llm = teacher_llm.for_customer(config)
-    backend = _index(name, store, chroma, customers)
+    backend = open_index(name, store, chroma, customers)
     tasks, summary = run_synthesis(name, store.get(), backend, settings, llm)
     generator = settings.generator if settings.generator == "extractive" or llm else "extractive"
     return dg.MaterializeResult(
@@ -114,7 +109,7 @@ def distractor_sets(
     teacher_llm: TeacherLLMResource,
 ) -> dg.MaterializeResult:
     name, config, settings = _setup(context, customers)
-    tasks = run_distractors(name, store.get(), _index(name, store, chroma, customers), settings, teacher_llm.for_customer(config))
+    tasks = run_distractors(name, store.get(), open_index(name, store, chroma, customers), settings, teacher_llm.for_customer(config))
     kept = sum(len(task.distractors) for task in tasks)
     rejected = sum(len(task.rejected_distractors) for task in tasks)
     return dg.MaterializeResult(metadata={"tasks": len(tasks), "distractors": kept, "rejected": rejected})

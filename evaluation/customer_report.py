@@ -38,9 +38,6 @@ class CustomerBenchmark:
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # suite name -> report.json object
     plots: dict[str, list[Path]] = field(default_factory=dict)
 
-    def best(self, suite: str = "test") -> dict[str, Any]:
-        return self.reports.get(suite, {}).get("policies", {})
-
 
 def run_customer_benchmark(
     tasks: list,
