@@ -8,34 +8,25 @@ import dagster as dg
 
 from assets.index_assets import open_index
 from assets.synth_assets import distractor_sets
+from assets.training_assets import cispo_checkpoint, sft_checkpoint
 from corpus.stage import chunks_key
 from evaluation.customer_report import BenchmarkSettings, png_markdown, run_customer_benchmark
 from evaluation.report import render_markdown
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from synth.stage import final_tasks_key, load_tasks
+from training.customer_training import checkpoint_policies
 
 
 def benchmark_prefix(customer: str) -> str:
     return f"{customer}/benchmark/"
 
 
-def checkpoint_candidates(store, customer: str) -> list[str]:
-    """`transformers:ADAPTER` candidates for every checkpoint the training stages have promoted."""
-    candidates = []
-    for stage in ("sft", "cispo"):
-        key = f"{customer}/checkpoints/{stage}.json"
-        if store.exists(key):
-            manifest = json.loads(store.read_text(key))
-            candidates.append(f"transformers:{manifest['adapter_path']}")
-    return candidates
-
-
 @dg.asset(
     partitions_def=customers_partitions,
     group_name="evaluation",
     kinds={"python", "matplotlib"},
-    deps=[distractor_sets],
+    deps=[distractor_sets, sft_checkpoint, cispo_checkpoint],
     description="Baselines, the teacher and every checkpoint on the verified test split and the customer's external "
     "benchmark files; report.json/report.md and plots saved in the artifact store for the promotion gate.",
 )
@@ -47,7 +38,7 @@ def benchmark_report(
     settings = BenchmarkSettings.model_validate(config.model_extra.get("benchmark", {}) if config.model_extra else {})
     artifacts = store.get()
     index = open_index(name, store, chroma, customers)
-    candidates = list(dict.fromkeys(settings.policies + checkpoint_candidates(artifacts, name)))
+    candidates = list(dict.fromkeys(settings.policies + checkpoint_policies(artifacts, name)))
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         result = run_customer_benchmark(

@@ -44,6 +44,7 @@ def run_benchmark(
     granularity: Granularity = "document",
     harness_overrides: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
+    model_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every candidate on every task at output size `k`; write and return the report."""
     if k < 1:
@@ -57,7 +58,7 @@ def run_benchmark(
     files: dict[str, Any] = {"trajectories": {}, "scores": {}}
     workers = workers or default_workers()
     for spec in specs:
-        candidate = build_candidate(spec, backend, k, harness_overrides)
+        candidate = build_candidate(spec, backend, k, harness_overrides, model_options)
         started = time.perf_counter()
         try:
             results = run_candidate(candidate, tasks, k, workers=workers, progress=progress, seed=seed, granularity=granularity)
@@ -104,6 +105,7 @@ def run_bench_command(
     chunks: Any = None,
     split: str | None = "test",
     granularity: Granularity = "document",
+    model_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`searchsmith bench --tasks FILE --policies P1,P2 --k K --out DIR [--limit N]`.
 
@@ -141,5 +143,5 @@ def run_bench_command(
         }
     return run_benchmark(
         tasks, backend, names, k, out_dir, progress=progress, workers=workers, seed=seed,
-        harness_overrides=harness_overrides, config=config, granularity=granularity,
+        harness_overrides=harness_overrides, config=config, granularity=granularity, model_options=model_options,
     )

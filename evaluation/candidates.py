@@ -68,11 +68,17 @@ def split_candidates(text: str | list[str]) -> list[CandidateSpec]:
     return specs
 
 
-def resolve_policy(spec: str):
-    """The `Policy` for a spec, through the policies package's factory (one parser of specs)."""
+MODEL_PREFIXES = ("transformers:", "openai:")
+
+
+def resolve_policy(spec: str, model_options: dict[str, Any] | None = None):
+    """The `Policy` for a spec, through the policies package's factory (one parser of specs).
+    `model_options` (e.g. `max_new_tokens`) go to model-backed policies only: they bound what a
+    model may cost on CPU without changing the scripted baselines."""
     from retrieval.policies import load_policy
 
-    return load_policy(spec)
+    options = dict(model_options or {}) if spec.startswith(MODEL_PREFIXES) else {}
+    return load_policy(spec, **options)
 
 
 @dataclass
@@ -122,11 +128,12 @@ def merge_nx(name: str, question: str, task_id: str | None, seed: int, result: A
     )
 
 
-def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness_overrides: dict[str, Any] | None = None) -> Runnable:
+def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness_overrides: dict[str, Any] | None = None,
+                    model_options: dict[str, Any] | None = None) -> Runnable:
     """A runnable candidate; agents are told `k` as their maximum output size."""
     if spec.is_baseline:
         return SingleShotBaseline(backend, spec.policy, k)
     from retrieval.harness import Harness, HarnessConfig
 
     config = HarnessConfig(**{"max_output_docs": k, **(harness_overrides or {})})
-    return AgentCandidate(name=spec.name, harness=Harness(backend, resolve_policy(spec.policy), config), n=spec.n, spec=spec.policy)
+    return AgentCandidate(name=spec.name, harness=Harness(backend, resolve_policy(spec.policy, model_options), config), n=spec.n, spec=spec.policy)

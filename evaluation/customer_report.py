@@ -31,6 +31,10 @@ class BenchmarkSettings(BaseModel):
     external_limit: int | None = Field(None, ge=1)
     test_limit: int | None = Field(None, ge=1)
     workers: int | None = Field(None, ge=1)
+    # Options for model-backed candidates (checkpoints, endpoints), e.g. {max_new_tokens: 256}:
+    # a CPU demo bounds what an undertrained model may generate per turn.
+    model_options: dict = Field(default_factory=dict)
+    harness: dict = Field(default_factory=dict)  # HarnessConfig overrides for every agent candidate
 
 
 @dataclass
@@ -56,7 +60,8 @@ def run_customer_benchmark(
         suite_dir = out_dir / "test"
         result.reports["test"] = run_benchmark(
             tasks_from_synth(test_tasks, chunks), backend, candidates, settings.k, suite_dir, progress=False, workers=settings.workers,
-            config={"suite": "verified test split", "tasks": len(test_tasks)},
+            config={"suite": "verified test split", "tasks": len(test_tasks), "model_options": settings.model_options},
+            harness_overrides=settings.harness, model_options=settings.model_options,
         )
         result.plots["test"] = sorted(suite_dir.glob("*.png"))
     for external in settings.external:
@@ -65,7 +70,10 @@ def run_customer_benchmark(
             raise FileNotFoundError(f"benchmark file listed in the customer file not found: {path}")
         suite = path.stem
         suite_dir = out_dir / suite
-        result.reports[suite] = run_bench_command(path, candidates, settings.k, suite_dir, settings.external_limit, progress=False, workers=settings.workers)
+        result.reports[suite] = run_bench_command(
+            path, candidates, settings.k, suite_dir, settings.external_limit, progress=False, workers=settings.workers,
+            harness_overrides=settings.harness, model_options=settings.model_options,
+        )
         result.plots[suite] = sorted(suite_dir.glob("*.png"))
     return result
 

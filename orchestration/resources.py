@@ -40,10 +40,13 @@ class CustomersResource(dg.ConfigurableResource):
     def get(self, name: str) -> CustomerConfig:
         return self.registry().get(name)
 
+    def home_dir(self) -> Path:
+        """`$SEARCHSMITH_HOME` (or `home`): work folders and trained models live under it."""
+        return Path(self.home) if self.home else searchsmith_home()
+
     def work_dir(self, name: str, stage: str) -> Path:
         """A persistent scratch folder per customer and stage (git clones, index builds)."""
-        root = Path(self.home) if self.home else searchsmith_home()
-        path = root / "work" / name / stage
+        path = self.home_dir() / "work" / name / stage
         path.mkdir(parents=True, exist_ok=True)
         return path
 

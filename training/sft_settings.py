@@ -26,7 +26,9 @@ class _Strict(BaseModel):
 class TeacherSettings(_Strict):
     """How teacher trajectories are collected over the train split."""
 
-    policy: str = "heuristic"  # a `load_policy` spec; the customer's `teacher_llm` when it has one
+    # `auto`: the customer's `teacher:` endpoint when it has one, else the offline heuristic;
+    # `teacher`: that endpoint (an error without one); anything else is a `load_policy` spec.
+    policy: str = "auto"
     k_rollouts: int = Field(1, ge=1, description="rollouts per task, seeds seed..seed+k-1")
     workers: int = Field(4, ge=1, description="concurrent episodes")
     seed: int = 0

@@ -341,6 +341,34 @@ class TransformersEpisode:
         return step
 
 
+# Sidecars our trainers write beside an adapter; each names the base model it was trained on.
+ADAPTER_SIDECARS = ("searchsmith_adapter.json", "checkpoint.json")
+
+
+def adapter_base_model(adapter_dir: str | Path) -> str:
+    """The base model a peft adapter folder was trained on: our sidecar first (it records the
+    spec as given, e.g. `smollm2`, which resolves on any machine), else peft's own record."""
+    folder = Path(adapter_dir).expanduser()
+    for name in ADAPTER_SIDECARS:
+        sidecar = folder / name
+        if sidecar.is_file():
+            base = json.loads(sidecar.read_text(encoding="utf-8")).get("base_model")
+            if base:
+                return str(base)
+    config = folder / "adapter_config.json"
+    base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path") if config.is_file() else None
+    if not base:
+        raise ValueError(f"{folder}: not a peft adapter folder with a known base model (no sidecar, no base_model_name_or_path)")
+    return str(base)
+
+
 def policy_from_spec(rest: str, **options: Any) -> TransformersPolicy:
-    """`transformers:PATH` (CLI spec; `PATH` may be `smollm2`); options go to the constructor."""
+    """`transformers:PATH` (CLI spec). `PATH` is a model folder, `smollm2`, a LoRA adapter folder
+    (its base model read from the adapter's sidecar), or `BASE+ADAPTER`; options go to the constructor."""
+    base, plus, adapter = rest.partition("+")
+    if plus:
+        return TransformersPolicy(base, adapter_path=adapter, name=options.pop("name", f"transformers:{rest}"), **options)
+    folder = Path(rest).expanduser()
+    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        return TransformersPolicy(adapter_base_model(folder), adapter_path=folder, name=options.pop("name", f"transformers:{rest}"), **options)
     return TransformersPolicy(rest, **options)

@@ -1,0 +1,136 @@
+"""Lineage stage: distractor_sets -> sft_trajectories -> sft_checkpoint -> cispo_checkpoint.
+
+Thin assets over `training.customer_training`: load inputs, call it, attach metadata (counts,
+recall histograms, loss and reward curves as inline plots).
+"""
+
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+
+from assets.index_assets import open_index
+from assets.synth_assets import distractor_sets
+from corpus.stage import chunks_key
+from evaluation.customer_report import png_markdown
+from orchestration.partitions import customers_partitions
+from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
+from synth.stage import final_tasks_key, load_tasks
+from training.customer_training import (
+    CheckpointManifest,
+    collect_sft_trajectories,
+    dataset_prefix,
+    kept_key,
+    load_kept_trajectories,
+    teacher_policy,
+    train_cispo_checkpoint,
+    train_sft_checkpoint,
+    train_tasks,
+    training_settings,
+)
+
+
+def _train_split(name: str, store: ArtifactStoreResource, max_tasks: int | None) -> list:
+    artifacts = store.get()
+    return train_tasks(load_tasks(artifacts, final_tasks_key(name)), artifacts.read_parquet(chunks_key(name)), max_tasks)
+
+
+def _checkpoint_metadata(manifest: CheckpointManifest) -> dict:
+    scalars = {k: v for k, v in manifest.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        "adapter_path": dg.MetadataValue.path(manifest.adapter_path),
+        "base_model": manifest.base_model,
+        "steps": manifest.steps,
+        "run_id": manifest.run_id,
+        "reused": manifest.reused,
+        "policy": manifest.policy,
+        "metrics": dg.MetadataValue.json(manifest.metrics),
+        **{f"metric_{k}": float(v) for k, v in sorted(scalars.items())},
+    }
+
+
+@dg.asset(
+    partitions_def=customers_partitions,
+    group_name="training",
+    kinds={"python", "huggingface"},
+    deps=[distractor_sets],
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL),
+    description="A teacher (the customer's endpoint, or the offline heuristic) runs the harness on the train split; "
+    "Context-1's recall filter keeps the trajectories to distil. Resumes per rollout; a datasets folder too.",
+)
+def sft_trajectories(
+    context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.MaterializeResult:
+    name = context.partition_key
+    config = customers.get(name)
+    settings = training_settings(config)
+    tasks = _train_split(name, store, settings.teacher.max_tasks)
+    policy, teacher = teacher_policy(config, settings.teacher)
+    context.log.info(f"teacher {teacher}: {settings.teacher.k_rollouts} rollout(s) on {len(tasks)} train tasks")
+    with tempfile.TemporaryDirectory() as folder:
+        data = collect_sft_trajectories(name, store.get(), open_index(name, store, chroma, customers), tasks, policy,
+                                        settings.teacher, Path(folder), harness=settings.harness_config())
+        histogram = png_markdown(data.histogram) if data.histogram else ""
+    filtered = data.metadata.pop("filter")
+    return dg.MaterializeResult(metadata={
+        **{k: v for k, v in data.metadata.items() if k != "failures"},
+        "failures": dg.MetadataValue.json(data.metadata.get("failures", [])),
+        "kept": filtered["kept"],
+        "filter_counts": dg.MetadataValue.json(filtered["counts"]),
+        "filter": dg.MetadataValue.json(filtered),
+        "recall_histogram": dg.MetadataValue.md(histogram),
+        "path": dg.MetadataValue.path(store.get().uri(kept_key(name))),
+        "dataset": dg.MetadataValue.path(store.get().uri(dataset_prefix(name))),
+    })
+
+
+@dg.asset(
+    partitions_def=customers_partitions,
+    group_name="training",
+    kinds={"pytorch", "huggingface"},
+    deps=[sft_trajectories],
+    description="LoRA SFT (TRL SFTTrainer, peft, assistant tokens only) of the base model on the kept trajectories; "
+    "the adapter in peft layout with a sidecar, reused when nothing that determines it changed.",
+)
+def sft_checkpoint(context: dg.AssetExecutionContext, store: ArtifactStoreResource, customers: CustomersResource) -> dg.MaterializeResult:
+    from training.sft_plots import plot_loss_curve
+
+    name = context.partition_key
+    settings = training_settings(customers.get(name))
+    trajectories = load_kept_trajectories(store.get(), name)
+    manifest, curve = train_sft_checkpoint(name, store.get(), trajectories, settings, customers.home_dir())
+    context.log.info(f"SFT adapter {manifest.adapter_path} ({'reused' if manifest.reused else f'{manifest.steps} steps'})")
+    metadata = _checkpoint_metadata(manifest)
+    if curve:
+        with tempfile.TemporaryDirectory() as folder:
+            metadata["loss_curve"] = dg.MetadataValue.md(png_markdown(plot_loss_curve(curve, Path(folder) / "loss.png", f"SFT loss ({name})")))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(
+    partitions_def=customers_partitions,
+    group_name="training",
+    kinds={"pytorch"},
+    deps=[sft_checkpoint],
+    description="CISPO RL from the SFT adapter: group rollouts through the harness, Context-1's reward with a hop "
+    "curriculum, checkpoints every N steps; a crashed run resumes from its last checkpoint.",
+)
+def cispo_checkpoint(
+    context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.MaterializeResult:
+    from training.cispo_plots import plot_cispo_curves
+
+    name = context.partition_key
+    settings = training_settings(customers.get(name))
+    tasks = _train_split(name, store, settings.rl.max_tasks)
+
+    def log(row: dict) -> None:
+        context.log.info(f"CISPO step {row.get('step')}: reward {row.get('reward_mean')}, loss {row.get('loss')}")
+
+    manifest, history = train_cispo_checkpoint(name, store.get(), open_index(name, store, chroma, customers), tasks,
+                                               settings, customers.home_dir(), log=log)
+    metadata = _checkpoint_metadata(manifest)
+    if history:
+        with tempfile.TemporaryDirectory() as folder:
+            metadata["curves"] = dg.MetadataValue.md(png_markdown(plot_cispo_curves(history, Path(folder) / "cispo.png", f"CISPO ({name})")))
+    return dg.MaterializeResult(metadata=metadata)

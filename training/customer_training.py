@@ -1,0 +1,366 @@
+"""The per-customer training stages behind `sft_trajectories`, `sft_checkpoint` and `cispo_checkpoint`.
+
+Why a module apart from the assets: every decision here (which teacher, which tasks, where an
+adapter lives, when a rerun may reuse paid work) is plain logic that tests and the CLI call
+without Dagster; the assets only load inputs, call these and attach metadata.
+
+Settings come from the customer file's `training:` section (`TrainingSettings`): the base model,
+the teacher, the LoRA shape, SFT hyperparameters and CISPO settings, each validated strictly so
+a typo fails at load time.
+
+Where things live:
+- the artifact store (local folder or S3) holds the durable record: teacher rollouts (resumable,
+  per rollout), the kept trajectories as JSONL and a Hugging Face dataset folder, each adapter's
+  files, and one manifest per stage, `{customer}/checkpoints/{sft|cispo}.json`, which the
+  benchmark and the promotion gate read;
+- adapters are trained in, and served from, a local folder under `$SEARCHSMITH_HOME/models/`
+  (`transformers` and vLLM load folders, not URIs); a worker that lacks the folder pulls it
+  from the store (`local_adapter`).
+
+Reruns: an SFT run is identified by what determines its result (base model, LoRA, SFT
+settings, the kept trajectories); a rerun with the same identity reuses the adapter instead of
+training again. A CISPO run's folder is keyed the same way (base, settings, the SFT adapter it
+starts from, the tasks), so a crashed run resumes from its last checkpoint (`train_cispo`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from corpus.storage import ArtifactStore
+from retrieval.backend import SearchBackend
+from retrieval.customer_index import pull_folder, push_folder
+from retrieval.policy_base import Policy
+from retrieval.trajectory import Trajectory
+from training.cispo_trainer import CispoConfig
+from training.sft_settings import LoraSettings, SFTSettings, TeacherSettings
+
+LOG = logging.getLogger(__name__)
+
+STAGES = ("sft", "cispo")
+
+
+class RLSettings(CispoConfig):
+    """The customer file's `training.rl` section: `CispoConfig` fields plus task selection.
+    The LoRA shape of a fresh adapter comes from `training.lora`; when an SFT adapter exists,
+    RL continues it (its shape is fixed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tasks: int | None = Field(None, ge=1, description="cap on train tasks (demo runs)")
+    from_sft: bool = True  # start from the SFT adapter when one exists
+
+
+class TrainingSettings(BaseModel):
+    """The customer file's `training:` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_model: str = "smollm2"  # `smollm2`, a local model folder; never downloaded at run time
+    teacher: TeacherSettings = Field(default_factory=TeacherSettings)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    rl: RLSettings = Field(default_factory=RLSettings)
+    # HarnessConfig overrides for teacher and RL rollouts (the student's budget: a small model's
+    # context); `rl.harness` adds to these for RL alone.
+    harness: dict = Field(default_factory=dict)
+
+    def harness_config(self) -> Any:
+        from retrieval.harness import HarnessConfig
+
+        return HarnessConfig.for_training(**self.harness)
+
+
+def training_settings(config: Any) -> TrainingSettings:
+    """`TrainingSettings` from a `CustomerConfig` (its `training:` extra section; defaults when absent)."""
+    raw = (config.model_extra or {}).get("training") or {}
+    try:
+        return TrainingSettings.model_validate(raw)
+    except ValueError as error:
+        raise ValueError(f"customer {config.name!r}: invalid `training:` section: {error}") from None
+
+
+# ---- keys and folders ---------------------------------------------------------------------------
+
+
+def training_prefix(customer: str) -> str:
+    return f"{customer}/training"
+
+
+def kept_key(customer: str) -> str:
+    return f"{training_prefix(customer)}/sft_trajectories.jsonl"
+
+
+def dataset_prefix(customer: str) -> str:
+    return f"{training_prefix(customer)}/sft_dataset/"
+
+
+def manifest_key(customer: str, stage: str) -> str:
+    if stage not in STAGES:
+        raise ValueError(f"unknown training stage {stage!r}; use one of {STAGES}")
+    return f"{customer}/checkpoints/{stage}.json"
+
+
+def adapter_prefix(customer: str, stage: str, run_id: str) -> str:
+    return f"{customer}/checkpoints/{stage}/{run_id}/"
+
+
+def models_dir(home: Path, customer: str, stage: str, run_id: str) -> Path:
+    return home / "models" / customer / stage / run_id
+
+
+def run_identity(*parts: Any) -> str:
+    """A short content hash of what determines a training run's result."""
+    body = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+# ---- manifests ----------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckpointManifest:
+    """What a training stage produced: read by the benchmark (as a `transformers:` candidate),
+    the promotion gate and `searchsmith finetune --json`."""
+
+    stage: str
+    customer: str
+    run_id: str
+    adapter_path: str
+    adapter_key: str
+    base_model: str
+    steps: int
+    metrics: dict[str, Any]
+    lineage: dict[str, Any] = field(default_factory=dict)
+    reused: bool = False
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+
+    @property
+    def policy(self) -> str:
+        return f"transformers:{self.adapter_path}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage, "customer": self.customer, "run_id": self.run_id, "adapter_path": self.adapter_path,
+            "adapter_key": self.adapter_key, "base_model": self.base_model, "steps": self.steps, "metrics": self.metrics,
+            "lineage": self.lineage, "reused": self.reused, "created_at": self.created_at, "policy": self.policy,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckpointManifest:
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**fields)
+
+
+def read_manifest(store: ArtifactStore, customer: str, stage: str) -> CheckpointManifest | None:
+    key = manifest_key(customer, stage)
+    if not store.exists(key):
+        return None
+    return CheckpointManifest.from_dict(json.loads(store.read_text(key)))
+
+
+def write_manifest(store: ArtifactStore, manifest: CheckpointManifest) -> None:
+    store.write_text(manifest_key(manifest.customer, manifest.stage), json.dumps(manifest.to_dict(), indent=2, default=str))
+
+
+def _adapter_complete(folder: Path) -> bool:
+    return (folder / "adapter_config.json").is_file() and any(folder.glob("adapter_model.*"))
+
+
+def local_adapter(store: ArtifactStore, manifest: CheckpointManifest) -> Path:
+    """The manifest's adapter as a local folder, pulled from the artifact store when this machine
+    lacks it (another worker trained it)."""
+    folder = Path(manifest.adapter_path)
+    if not _adapter_complete(folder):
+        if pull_folder(store, manifest.adapter_key, folder) == 0:
+            raise FileNotFoundError(f"adapter of {manifest.customer}/{manifest.stage} is neither at {folder} nor in the store at {manifest.adapter_key}")
+    return folder
+
+
+def checkpoint_policies(store: ArtifactStore, customer: str) -> list[str]:
+    """`transformers:ADAPTER` specs of every stage that has produced a checkpoint, SFT first."""
+    specs = []
+    for stage in STAGES:
+        manifest = read_manifest(store, customer, stage)
+        if manifest is not None:
+            specs.append(f"transformers:{local_adapter(store, manifest)}")
+    return specs
+
+
+# ---- tasks --------------------------------------------------------------------------------------
+
+
+def train_tasks(tasks: list, chunks: Any, max_tasks: int | None) -> list:
+    """The verified train split as bench tasks (question = the agent's query, gold for scoring),
+    first `max_tasks` in file order (stable across reruns, so rollouts are reused)."""
+    from evaluation.synth_tasks import tasks_from_synth
+
+    train = [task for task in tasks if task.split == "train" and task.passed_verification]
+    if max_tasks is not None:
+        train = train[:max_tasks]
+    if not train:
+        raise ValueError("no verified train tasks: materialize verified_tasks first (or generate more tasks)")
+    return tasks_from_synth(train, chunks)
+
+
+# ---- sft_trajectories ---------------------------------------------------------------------------
+
+
+def teacher_policy(config: Any, settings: TeacherSettings) -> tuple[Policy, str]:
+    """(policy, description). `policy: teacher` uses the customer's `teacher:` endpoint (tool calling);
+    `auto` uses it when configured and the offline heuristic otherwise; any other value is a
+    `load_policy` spec."""
+    from retrieval.policies import load_policy
+
+    spec = settings.policy
+    endpoint = getattr(config, "teacher", None)
+    if spec in ("auto", "teacher"):
+        if endpoint is None:
+            if spec == "teacher":
+                raise ValueError(f"customer {config.name!r}: training.teacher.policy is 'teacher' but the file has no `teacher:` endpoint")
+            return load_policy("heuristic"), "heuristic (offline: no teacher endpoint)"
+        options: dict[str, Any] = {"timeout": endpoint.timeout_s} if endpoint.timeout_s else {}
+        if endpoint.api_key_env:
+            options["api_key_env"] = endpoint.api_key_env
+        return load_policy(f"openai:{endpoint.base_url}#{endpoint.model}", **options), f"{endpoint.model} at {endpoint.base_url}"
+    return load_policy(spec), spec
+
+
+@dataclass
+class SFTData:
+    kept: list[Trajectory]
+    metadata: dict[str, Any]
+    histogram: Path | None = None
+
+
+def collect_sft_trajectories(
+    customer: str, store: ArtifactStore, backend: SearchBackend, bench_tasks: list, policy: Policy,
+    settings: TeacherSettings, work_dir: Path, progress: bool = False, harness: Any = None,
+) -> SFTData:
+    """Teacher rollouts (resumable, per rollout in the store) -> Context-1 filter -> kept JSONL and
+    a `datasets` folder in the store; the recall histogram is written under `work_dir`."""
+    from training.sft_plots import plot_recall_histograms
+    from training.sft_selection import filter_trajectories, kept_dataset
+    from training.teacher_trajectories import collect_teacher_trajectories
+
+    rollouts = collect_teacher_trajectories(
+        bench_tasks, backend, policy, harness, k_rollouts=settings.k_rollouts, workers=settings.workers, store=store,
+        prefix=f"{training_prefix(customer)}/teacher_rollouts", seed=settings.seed, max_attempts=settings.max_attempts,
+        progress=progress,
+    )
+    golds = {task.task_id: task.gold for task in bench_tasks}
+    result = filter_trajectories(rollouts.trajectories, golds, k=settings.k, seed=settings.filter_seed)
+    if not result.kept:
+        raise ValueError(f"the SFT filter kept none of {len(rollouts.trajectories)} teacher trajectories ({result.counts}); "
+                         "a better teacher or more tasks are needed")
+    store.write_text(kept_key(customer), "".join(t.model_dump_json() + "\n" for t in result.kept))
+    dataset_dir = work_dir / "sft_dataset"
+    kept_dataset(result).save_to_disk(str(dataset_dir))
+    for stale in list(store.list(dataset_prefix(customer))):
+        store.delete(stale)
+    push_folder(store, dataset_dir, dataset_prefix(customer))
+    histogram = plot_recall_histograms(result.recall_before, result.recall_after, work_dir / "recall_histogram.png")
+    metadata = {"teacher": policy.name, "tasks": len(bench_tasks), **rollouts.metadata(), "filter": result.metadata()}
+    return SFTData(result.kept, metadata, histogram)
+
+
+def load_kept_trajectories(store: ArtifactStore, customer: str) -> list[Trajectory]:
+    key = kept_key(customer)
+    if not store.exists(key):
+        raise FileNotFoundError(f"no SFT trajectories for {customer!r}: materialize sft_trajectories first")
+    return [Trajectory.model_validate_json(line) for line in store.read_text(key).splitlines() if line.strip()]
+
+
+# ---- sft_checkpoint -----------------------------------------------------------------------------
+
+
+def train_sft_checkpoint(
+    customer: str, store: ArtifactStore, trajectories: list[Trajectory], settings: TrainingSettings, home: Path,
+) -> tuple[CheckpointManifest, list[tuple[int, float]]]:
+    """LoRA SFT on the kept trajectories; reuses the adapter of an identical earlier run."""
+    from training.sft import run_sft
+
+    run_id = run_identity("sft", settings.base_model, settings.lora.model_dump(), settings.sft.model_dump(),
+                          sorted(t.id for t in trajectories))
+    previous = read_manifest(store, customer, "sft")
+    if previous is not None and previous.run_id == run_id:
+        try:
+            local_adapter(store, previous)
+            previous.reused = True
+            return previous, []
+        except FileNotFoundError:
+            LOG.warning("the manifest's SFT adapter is gone; training again")
+    out = models_dir(home, customer, "sft", run_id)
+    result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
+                     lineage={"customer": customer, "run_id": run_id})
+    key = adapter_prefix(customer, "sft", run_id)
+    push_folder(store, Path(result.adapter_path), key)
+    manifest = CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()), key,
+                                  result.base_model, result.steps, result.metrics,
+                                  lineage={"trajectories": len(trajectories)})
+    write_manifest(store, manifest)
+    return manifest, result.loss_curve
+
+
+# ---- cispo_checkpoint ---------------------------------------------------------------------------
+
+
+def rl_config(settings: TrainingSettings, has_init_adapter: bool) -> CispoConfig:
+    """The trainer's config: the customer's RL settings, the LoRA shape of `training.lora` for a
+    fresh adapter, and CUDA when present unless the file pins a device."""
+    import torch
+
+    rl = settings.rl
+    values = rl.model_dump(exclude={"max_tasks", "from_sft"})
+    values["harness"] = {**settings.harness, **rl.harness}
+    if not has_init_adapter:
+        values.update(lora_r=settings.lora.rank, lora_alpha=settings.lora.alpha,
+                      lora_target_modules=list(settings.lora.target_modules))
+    if "device" not in rl.model_fields_set and torch.cuda.is_available():
+        values["device"] = "cuda"
+    return CispoConfig.model_validate(values)
+
+
+def train_cispo_checkpoint(
+    customer: str, store: ArtifactStore, backend: SearchBackend, bench_tasks: list, settings: TrainingSettings, home: Path,
+    log: Any = None,
+) -> tuple[CheckpointManifest, list[dict[str, Any]]]:
+    """CISPO from the SFT adapter (when there is one and `from_sft`), resuming a crashed run."""
+    from training.cispo_trainer import train_cispo
+
+    init = read_manifest(store, customer, "sft") if settings.rl.from_sft else None
+    init_path = local_adapter(store, init) if init is not None else None
+    config = rl_config(settings, init_path is not None)
+    run_id = run_identity("cispo", settings.base_model, config.model_dump(mode="json"), init.run_id if init else None,
+                          sorted(task.task_id for task in bench_tasks))
+    previous = read_manifest(store, customer, "cispo")
+    if previous is not None and previous.run_id == run_id:
+        try:
+            local_adapter(store, previous)
+            previous.reused = True
+            return previous, []
+        except FileNotFoundError:
+            LOG.warning("the manifest's CISPO adapter is gone; training again (resuming from checkpoints if any)")
+    out = models_dir(home, customer, "cispo", run_id)
+    result = train_cispo(config, bench_tasks, backend, settings.base_model, init_path, out, log=log)
+    key = adapter_prefix(customer, "cispo", run_id)
+    push_folder(store, Path(result.adapter_path), key)
+    lineage = {"init_adapter": str(init_path) if init_path else None, "init_run_id": init.run_id if init else None,
+               "tasks": len(bench_tasks), "resumed_from": result.resumed_from,
+               "checkpoints": [str(p) for p in result.checkpoints]}
+    manifest = CheckpointManifest("cispo", customer, run_id, str(Path(result.adapter_path).resolve()), key,
+                                  str(result.base_model), result.steps, _jsonable(result.metrics), lineage=lineage)
+    write_manifest(store, manifest)
+    return manifest, result.history
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
