@@ -1,9 +1,11 @@
-"""Schedules and sensors: per-customer resync crons and the partition-registering sensor."""
+"""Schedules and sensors: per-customer resync crons, the partition-registering sensor, and the
+sensor that retrains a customer whose corpus changed enough."""
 
 
 import dagster as dg
 
 from corpus.registry import CustomerRegistry
+from corpus.retrain_trigger import retrain_decision
 from orchestration.jobs import corpus_resync_job
 from orchestration.partitions import customers_partitions
 
@@ -33,3 +35,31 @@ def resync_schedule(name: str, cron: str) -> dg.ScheduleDefinition:
 
 def customer_schedules() -> list[dg.ScheduleDefinition]:
     return [resync_schedule(name, config.schedule) for name, config in sorted(CustomerRegistry().customers().items())]
+
+
+@dg.sensor(
+    job_name="customer_finetune",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,  # retraining costs accelerator hours: opt in
+    description="Launches customer_finetune for a customer whose resync changed more than its "
+    "`limits.resync_retrain_share` of the corpus; one run per resync (run key), never two.",
+)
+def corpus_change_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    result = context.instance.fetch_materializations(dg.AssetKey("raw_documents"), limit=100, cursor=context.cursor, ascending=True)
+    registry = CustomerRegistry()
+    customers, _ = registry.scan()
+    requests = []
+    for record in result.records:
+        materialization = record.asset_materialization
+        customer = materialization.partition if materialization else None
+        if customer is None or customer not in customers:
+            continue
+        decision = retrain_decision(materialization.metadata, customers[customer].limits.resync_retrain_share)
+        context.log.info(f"{customer}: {'retrain' if decision.retrain else 'no retrain'}: {decision.reason}")
+        if decision.retrain:
+            requests.append(dg.RunRequest(
+                run_key=f"retrain:{customer}:{record.storage_id}", partition_key=customer,
+                tags={"customer": customer, "searchsmith/trigger": "corpus_change", "searchsmith/changed_share": f"{decision.changed_share:.4f}"},
+            ))
+    return dg.SensorResult(run_requests=requests, cursor=result.cursor if result.records else context.cursor,
+                           skip_reason=None if requests else "no resync changed enough of a corpus")

@@ -125,9 +125,60 @@ def _human_bench(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cmd_finetune(args) -> dict[str, Any]:
+    from orchestration.runner import run_finetune
+
+    return run_finetune(args.customer, args.stage)
+
+
+def _human_finetune(payload: dict[str, Any]) -> str:
+    metrics = ", ".join(f"{k} {v:.4g}" for k, v in payload["metrics"].items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    reused = " (reused: nothing changed)" if payload.get("reused") else ""
+    return (f"{payload['customer']} {payload['stage']}: adapter {payload['adapter_path']}{reused}\n"
+            f"  base model {payload['base_model']}, {payload['steps']} steps\n  {metrics}\n"
+            f"  search with: searchsmith search {payload['customer']} \"...\" --policy {payload['policy']}")
+
+
+def cmd_serve(args) -> dict[str, Any]:
+    from orchestration.runner import run_serve
+
+    return run_serve(args.customer, args.rollback)
+
+
+def _human_serve(payload: dict[str, Any]) -> str:
+    served = payload["served"]
+    verdict = "promoted" if payload["promoted"] else ("rolled back" if payload.get("action") == "rollback" else "not promoted")
+    lines = [f"{payload['customer']}: {verdict}: {payload['reason']}", f"  served: {served['policy']}"]
+    test = (served.get("metrics") or {}).get("test") or {}
+    if test:
+        lines.append("  test split: " + ", ".join(f"{k} {v:.3f}" for k, v in test.items() if k in ("answer_found", "recall")))
+    if payload.get("serving") and payload["serving"].get("server_url"):
+        lines.append(f"  on {payload['serving']['server_url']} as {payload['serving']['adapter_name']}")
+    return "\n".join(lines)
+
+
+def cmd_keys_create(args) -> dict[str, Any]:
+    from orchestration.runner import create_api_key
+
+    return create_api_key(args.customer)
+
+
+def _human_key(payload: dict[str, Any]) -> str:
+    return f"{payload['key']}\n(API key for {payload['customer']}; shown once: only a salted hash is stored)"
+
+
+def cmd_api(args) -> dict[str, Any]:
+    from orchestration.runner import serve_search_api
+
+    print(f"search service on http://{args.host}:{args.port} (POST /v1/search, GET /openapi.json)", file=sys.stderr)
+    serve_search_api(args.host, args.port)
+    return {"stopped": True}
+
+
 def cmd_demo(args) -> dict[str, Any]:
-    """The whole lineage for the offline demo customer, then one search as a smoke test."""
-    from orchestration.runner import register_partition, run_job, search
+    """The whole lineage for the offline demo customer (through the promotion gate), then one
+    question through the real search service with the served policy."""
+    from orchestration.runner import check_search_api, register_partition, run_job
 
     config = CustomerRegistry().get("demo")
     # The question lives in the customer file, which the demo's own-repository source does not
@@ -136,13 +187,25 @@ def cmd_demo(args) -> dict[str, Any]:
     print("materializing the lineage for customer 'demo' (offline stand-ins: see customers/demo.yaml)", file=sys.stderr)
     register_partition("demo")
     metadata = run_job("customer_lineage", "demo")
-    answer = search("demo", question, "heuristic", 5, 1)
-    return {"customer": "demo", "materialized": sorted(metadata), "search": answer}
+    served = metadata.get("served_model", {})
+    answer = check_search_api("demo", question)
+    return {
+        "customer": "demo", "materialized": sorted(metadata),
+        "served": {"promoted": bool(served.get("promoted")), "reason": served.get("reason", ""), "policy": served.get("served_policy")},
+        "search": {"question": question, "via": "POST /v1/search", **answer},
+    }
 
 
 def _human_demo(payload: dict[str, Any]) -> str:
-    lines = [f"materialized for demo: {', '.join(payload['materialized'])}", f"search: {payload['search']['question']}"]
-    return "\n".join(lines + [_human_search(payload["search"])])
+    served = payload["served"]
+    lines = [
+        f"materialized for demo: {', '.join(payload['materialized'])}",
+        f"gate: {'promoted' if served['promoted'] else 'not promoted'}: {served['reason']}",
+        f"search service ({payload['search']['via']}, policy {payload['search']['policy']}): {payload['search']['question']}",
+        _human_search(payload["search"]),
+        "next: `searchsmith keys create demo` and `searchsmith api --port 8080`, then POST /v1/search with the key",
+    ]
+    return "\n".join(lines)
 
 
 def _human_customers(payload: dict[str, Any]) -> str:
@@ -182,6 +245,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--customer", default=None, help="for synthetic task files: the customer whose index to search")
     bench.add_argument("--split", default="test", help="for synthetic task files: which split (default test)")
     bench.add_argument("--workers", type=int, default=None, help="questions run concurrently")
+    finetune = add("finetune", cmd_finetune, _human_finetune, "distil (SFT) and/or reinforce (CISPO) a LoRA adapter for a customer")
+    finetune.add_argument("customer")
+    finetune.add_argument("--stage", choices=["sft", "rl", "all"], default="all", help="sft, rl (CISPO from the SFT adapter) or all")
+    serve = add("serve", cmd_serve, _human_serve, "promote the best benchmarked checkpoint through the regression gate")
+    serve.add_argument("customer")
+    serve.add_argument("--rollback", action="store_true", help="restore the previously served policy")
+    keys = sub.add_parser("keys", help="API keys of the search service").add_subparsers(dest="action", required=True)
+    add("create", cmd_keys_create, _human_key, "create an API key for a customer (shown once)", keys).add_argument("customer")
+    api = add("api", cmd_api, lambda payload: "search service stopped", "run the HTTP search service (POST /v1/search)")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8080)
     add("demo", cmd_demo, _human_demo, "materialize the whole lineage for the offline demo customer")
     search = add("search", cmd_search, _human_search, "ask a customer's search agent a question")
     search.add_argument("customer")

@@ -7,6 +7,8 @@ import dagster as dg
 from assets.corpus_assets import chunks, raw_documents
 from assets.benchmark_assets import benchmark_report
 from assets.index_assets import chroma_index, dense_recall_matches_brute_force, index_count_matches_chunks_check, no_duplicate_ids_check
+from assets.serving_assets import served_model
+from assets.training_assets import cispo_checkpoint, sft_checkpoint, sft_trajectories
 from assets.synth_assets import (
     distractor_sets,
     enough_verified_tasks_per_split,
@@ -14,14 +16,24 @@ from assets.synth_assets import (
     synthetic_tasks,
     verified_tasks,
 )
-from orchestration.automation import customer_files_sensor, customer_schedules
-from orchestration.jobs import all_assets_job, corpus_resync_job, customer_tasks_job
+from orchestration.automation import corpus_change_sensor, customer_files_sensor, customer_schedules
+from orchestration.jobs import (
+    all_assets_job,
+    corpus_resync_job,
+    customer_finetune_job,
+    customer_tasks_job,
+    serve_job,
+    finetune_all_job,
+    finetune_rl_job,
+    finetune_sft_job,
+)
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource, TeacherLLMResource
 
 
 def build_definitions() -> dg.Definitions:
     return dg.Definitions(
-        assets=[raw_documents, chunks, chroma_index, synthetic_tasks, verified_tasks, distractor_sets, benchmark_report],
+        assets=[raw_documents, chunks, chroma_index, synthetic_tasks, verified_tasks, distractor_sets,
+                sft_trajectories, sft_checkpoint, cispo_checkpoint, benchmark_report, served_model],
         asset_checks=[
             index_count_matches_chunks_check,
             no_duplicate_ids_check,
@@ -29,9 +41,18 @@ def build_definitions() -> dg.Definitions:
             enough_verified_tasks_per_split,
             supporting_quotes_in_documents,
         ],
-        jobs=[corpus_resync_job, customer_tasks_job, all_assets_job],
+        jobs=[
+            corpus_resync_job,
+            customer_tasks_job,
+            finetune_sft_job,
+            finetune_rl_job,
+            finetune_all_job,
+            customer_finetune_job,
+            serve_job,
+            all_assets_job,
+        ],
         schedules=customer_schedules(),
-        sensors=[customer_files_sensor],
+        sensors=[customer_files_sensor, corpus_change_sensor],
         resources={
             "store": ArtifactStoreResource(location=dg.EnvVar("SEARCHSMITH_ARTIFACTS").get_value("") or ""),
             "customers": CustomersResource(),

@@ -24,6 +24,45 @@ customer_tasks_job = dg.define_asset_job(
     description="Synthetic search tasks, their verification and split, and distractor sets.",
 )
 
+SFT_ASSETS = ["sft_trajectories", "sft_checkpoint"]
+RL_ASSETS = ["cispo_checkpoint"]
+
+finetune_sft_job = dg.define_asset_job(
+    name="finetune_sft",
+    selection=dg.AssetSelection.assets(*SFT_ASSETS),
+    partitions_def=customers_partitions,
+    description="Teacher trajectories, the SFT filter and a LoRA SFT checkpoint (`searchsmith finetune --stage sft`).",
+)
+
+finetune_rl_job = dg.define_asset_job(
+    name="finetune_rl",
+    selection=dg.AssetSelection.assets(*RL_ASSETS),
+    partitions_def=customers_partitions,
+    description="CISPO RL from the SFT checkpoint (`searchsmith finetune --stage rl`).",
+)
+
+finetune_all_job = dg.define_asset_job(
+    name="finetune_all",
+    selection=dg.AssetSelection.assets(*SFT_ASSETS, *RL_ASSETS),
+    partitions_def=customers_partitions,
+    description="SFT then CISPO for one customer (`searchsmith finetune --stage all`).",
+)
+
+customer_finetune_job = dg.define_asset_job(
+    name="customer_finetune",
+    selection=dg.AssetSelection.assets("synthetic_tasks").downstream(),
+    partitions_def=customers_partitions,
+    description="Tasks through served_model for one customer: new tasks, distillation, RL, benchmark and the "
+    "promotion gate. Launched on demand or by the corpus change sensor.",
+)
+
+serve_job = dg.define_asset_job(
+    name="serve_model",
+    selection=dg.AssetSelection.assets("served_model"),
+    partitions_def=customers_partitions,
+    description="The promotion gate on the latest benchmark report (`searchsmith serve`).",
+)
+
 all_assets_job = dg.define_asset_job(
     name="customer_lineage",
     selection=dg.AssetSelection.all(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from typing import Any
 
@@ -10,6 +11,8 @@ import dagster as dg
 from corpus.registry import CustomerRegistry
 from orchestration.errors import CliError, JobFailed
 from orchestration.partitions import customers_partitions
+
+LOG = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=1)
@@ -110,3 +113,135 @@ def run_tasks(customer: str) -> dict[str, Any]:
     store = defs.resources["store"].get()
     every = apply_splits(load_tasks(store, synthetic_key(customer)), settings.split_fractions, settings.split_salt)
     return {"customer": customer, **task_counts(every, load_tasks(store, final_tasks_key(customer)))}
+
+
+FINETUNE_JOBS = {"sft": "finetune_sft", "rl": "finetune_rl", "all": "finetune_all"}
+
+
+def run_finetune(customer: str, stage: str) -> dict[str, Any]:
+    """Materialize the training assets of `stage` and report the last adapter it produced."""
+    from orchestration.definitions import defs
+    from synth.stage import final_tasks_key
+    from training.customer_training import read_manifest
+
+    if stage not in FINETUNE_JOBS:
+        raise CliError(f"unknown stage {stage!r}; use sft, rl or all")
+    store = defs.resources["store"].get()
+    if not store.exists(final_tasks_key(customer)):
+        raise CliError(f"no verified tasks for customer {customer!r} yet: run `searchsmith tasks {customer}` first")
+    if stage == "rl" and read_manifest(store, customer, "sft") is None:
+        LOG.warning("no SFT checkpoint for %s: CISPO starts from a fresh LoRA on the base model", customer)
+    run_job(FINETUNE_JOBS[stage], customer)
+    stages = {name: read_manifest(store, customer, name) for name in ("sft", "cispo")}
+    last = stages["sft"] if stage == "sft" else stages["cispo"]
+    assert last is not None  # the job succeeded, so its manifest was written
+    return {
+        "customer": customer, "stage": stage, "adapter_path": last.adapter_path, "base_model": last.base_model,
+        "steps": last.steps, "metrics": last.metrics, "reused": last.reused, "policy": last.policy,
+        "stages": {name: m.to_dict() for name, m in stages.items() if m is not None and (stage == "all" or name == last.stage)},
+    }
+
+
+def _serving_settings(customer: str):
+    from serving.deployment import serving_settings
+
+    return serving_settings(CustomerRegistry().get(customer))
+
+
+def run_serve(customer: str, rollback: bool = False) -> dict[str, Any]:
+    """`searchsmith serve`: the promotion gate on the latest benchmark (a `served_model` run), or
+    a rollback to the previously served policy."""
+    from orchestration.definitions import defs
+    from serving.deployment import benchmark_summary_key, current_serving, rollback_served
+    from serving.served_state import NothingToRollBack
+
+    store = defs.resources["store"].get()
+    settings = _serving_settings(customer)
+    if rollback:
+        try:
+            outcome = rollback_served(store, customer, settings)
+        except NothingToRollBack as error:
+            raise CliError(str(error)) from None
+        return {"customer": customer, **outcome.to_dict()}
+    if not store.exists(benchmark_summary_key(customer)):
+        raise CliError(f"no benchmark report for customer {customer!r} yet: materialize benchmark_report "
+                       f"(`searchsmith demo`, or the customer_finetune job) first")
+    metadata = run_job("serve_model", customer).get("served_model", {})
+    payload = current_serving(store, customer).to_dict()
+    decision = metadata.get("numbers") or None
+    return {"customer": customer, **payload, "promoted": bool(metadata.get("promoted")), "reason": metadata.get("reason", ""),
+            "action": "promote", "decision": decision}
+
+
+def create_api_key(customer: str) -> dict[str, Any]:
+    from serving.api_keys import ApiKeyStore
+
+    CustomerRegistry().get(customer)  # keys only for customers that exist
+    issued = ApiKeyStore().create(customer)
+    return {"customer": customer, "key": issued.key, "key_id": issued.key_id,
+            "note": "shown once: only a salted hash is stored"}
+
+
+def search_service_wiring() -> dict[str, Any]:
+    """What the search service needs from the project: customers, their indexes, their served policies."""
+    from orchestration.definitions import defs
+    from serving.api import IndexUnavailable
+    from serving.deployment import served_policy
+
+    store = defs.resources["store"].get()
+
+    def open_customer(customer: str):
+        try:
+            return open_index(customer)[0]
+        except CliError as error:
+            raise IndexUnavailable(str(error)) from None
+
+    return {"known_customers": lambda: set(CustomerRegistry().customers()), "open_index": open_customer,
+            "policy_for": lambda customer: served_policy(store, customer)}
+
+
+def serve_search_api(host: str, port: int) -> None:
+    """`searchsmith api`: serve until interrupted."""
+    from serving.api import serve_api
+
+    serve_api(host, port, **search_service_wiring())
+
+
+def check_search_api(customer: str, question: str, k: int = 5) -> dict[str, Any]:
+    """Start the search service on a free loopback port, ask it one question with a fresh key for
+    `customer`, stop it: the demo's proof that `searchsmith api` answers."""
+    import socket
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from serving.api import create_app
+    from serving.api_keys import ApiKeyStore
+
+    keys = ApiKeyStore()
+    issued = keys.create(customer)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(keys, **search_service_wiring()), host="127.0.0.1", port=port,
+                                           log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="searchsmith-api-check", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise CliError("the search service did not start")
+            time.sleep(0.1)
+        response = httpx.post(f"http://127.0.0.1:{port}/v1/search", json={"customer": customer, "query": question, "k": k},
+                              headers={"Authorization": f"Bearer {issued.key}"}, timeout=600)
+        body = response.json()
+        if response.status_code != 200:
+            raise CliError(f"the search service answered {response.status_code}: {body}")
+        return {"status": response.status_code, "policy": body["policy"], "documents": body["documents"], "summary": body["summary"]}
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        keys.revoke(issued.key_id)

@@ -1,0 +1,53 @@
+"""Lineage stage: benchmark_report -> served_model (the promotion gate and the deployment)."""
+
+import dagster as dg
+
+from assets.benchmark_assets import benchmark_report
+from orchestration.partitions import customers_partitions
+from orchestration.resources import ArtifactStoreResource, CustomersResource
+from serving.deployment import promote_best, serving_settings
+
+
+def _decision_table(decision) -> str:
+    lines = ["| candidate | answer found | recall | prompt tokens | n |", "|---|---|---|---|---|"]
+    for c in decision.ranking:
+        recall = "-" if c.recall is None else f"{c.recall:.3f}"
+        tokens = "-" if c.mean_prompt_tokens is None else f"{c.mean_prompt_tokens:,.0f}"
+        lines.append(f"| {c.name} | {c.answer_found:.3f} | {recall} | {tokens} | {c.n or '-'} |")
+    if decision.comparisons:
+        lines += ["", "| suite | metric | candidate | served | delta | regressed |", "|---|---|---|---|---|---|"]
+        lines += [f"| {c.suite} | {c.metric} | {c.candidate:.3f} | {c.served:.3f} | {c.delta:+.3f} | {'yes' if c.regressed else ''} |"
+                  for c in decision.comparisons]
+    return "\n".join(lines)
+
+
+@dg.asset(
+    partitions_def=customers_partitions,
+    group_name="serving",
+    kinds={"python", "vllm"},
+    deps=[benchmark_report],
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=15, backoff=dg.Backoff.EXPONENTIAL),
+    description="Promotion gate: the best eligible candidate on the test split replaces the served policy only if it "
+    "beats it by a margin with no benchmark regressing beyond a tolerance; promoted adapters load into the "
+    "customer's vLLM server (dynamic LoRA loading) and the serving manifest is rewritten.",
+)
+def served_model(context: dg.AssetExecutionContext, store: ArtifactStoreResource, customers: CustomersResource) -> dg.MaterializeResult:
+    name = context.partition_key
+    outcome = promote_best(store.get(), name, serving_settings(customers.get(name)))
+    context.log.info(("promoted: " if outcome.promoted else "not promoted: ") + outcome.reason)
+    decision = outcome.decision
+    served = outcome.served
+    metadata = {
+        "promoted": outcome.promoted,
+        "status": decision.status if decision else "none",
+        "reason": outcome.reason,
+        "served_policy": served.policy if served else "heuristic (nothing promoted)",
+        "decision": dg.MetadataValue.md(_decision_table(decision)) if decision else "",
+        "numbers": dg.MetadataValue.json(decision.model_dump(mode="json") if decision else {}),
+    }
+    if served is not None and served.adapter_path:
+        metadata["adapter_path"] = dg.MetadataValue.path(served.adapter_path)
+    if outcome.manifest is not None:
+        metadata["server_url"] = outcome.manifest.server_url or "in-process (no vLLM server configured)"
+        metadata["serving_manifest"] = dg.MetadataValue.json(outcome.manifest.model_dump())
+    return dg.MaterializeResult(metadata=metadata)

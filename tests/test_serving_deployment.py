@@ -1,0 +1,101 @@
+"""From benchmark results to the served policy: promotion persists and deploys, a rejection
+changes nothing, a rollback redeploys the previous record, and the search service's policy
+follows the serving manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corpus.storage import LocalArtifactStore
+from serving.deployment import (
+    ServingSettings,
+    benchmark_summary_key,
+    current_serving,
+    promote_best,
+    rollback_served,
+    served_policy,
+    serving_settings,
+)
+from serving.served_state import NothingToRollBack, load_served
+from serving.serving_manifest import load_manifest
+from tests.test_serving_promotion import m
+
+SETTINGS = ServingSettings()
+
+
+@pytest.fixture
+def store(tmp_path):
+    return LocalArtifactStore(tmp_path / "artifacts")
+
+
+def _adapter(tmp_path, name: str) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/models/base", "r": 8}))
+    (folder / "searchsmith_adapter.json").write_text(json.dumps({"base_model": "smollm2"}))
+    return str(folder)
+
+
+def _report(store, test: dict) -> None:
+    store.write_text(benchmark_summary_key("acme"), json.dumps({"test": {"hybrid": m(0.9), **test}}))
+
+
+def test_nothing_served_means_the_heuristic(store):
+    assert served_policy(store, "acme") == "heuristic"
+    assert current_serving(store, "acme").to_dict()["served"]["policy"] == "heuristic"
+
+
+def test_a_promotion_is_persisted_deployed_and_served_in_process_without_a_vllm_server(store, tmp_path):
+    adapter = _adapter(tmp_path, "sft")
+    _report(store, {"heuristic": m(0.5), f"transformers:{adapter}": m(0.6)})
+    outcome = promote_best(store, "acme", SETTINGS)
+    assert outcome.promoted and outcome.decision.status == "first_promotion"
+    record = load_served(store, "acme")
+    assert record.adapter_path == adapter and record.base_model == "smollm2"
+    manifest = load_manifest(store, "acme")
+    assert manifest.server_url is None and manifest.adapter_name.startswith("acme-") and manifest.tool_call_parser == "hermes"
+    assert served_policy(store, "acme") == f"transformers:{adapter}"
+    payload = outcome.to_dict()
+    assert payload["promoted"] and payload["served"]["adapter_path"] == adapter and payload["served"]["metrics"]["test"]["answer_found"] == 0.6
+
+
+def test_a_rejected_candidate_leaves_the_served_model_and_manifest_untouched(store, tmp_path):
+    first, second = _adapter(tmp_path, "a"), _adapter(tmp_path, "b")
+    _report(store, {"heuristic": m(0.5), f"transformers:{first}": m(0.6)})
+    promote_best(store, "acme", SETTINGS)
+    before = (store.read_text("acme/serving/served.json"), store.read_text("acme/serving/manifest.json"))
+    _report(store, {"heuristic": m(0.5), f"transformers:{first}": m(0.6), f"transformers:{second}": m(0.605)})
+    outcome = promote_best(store, "acme", SETTINGS)
+    assert not outcome.promoted and outcome.decision.status == "margin_not_met"
+    assert (store.read_text("acme/serving/served.json"), store.read_text("acme/serving/manifest.json")) == before
+
+
+def test_rollback_redeploys_the_previous_record_then_the_heuristic_then_refuses(store, tmp_path):
+    first, second = _adapter(tmp_path, "a"), _adapter(tmp_path, "b")
+    _report(store, {"heuristic": m(0.5), f"transformers:{first}": m(0.6)})
+    promote_best(store, "acme", SETTINGS)
+    _report(store, {"heuristic": m(0.5), f"transformers:{first}": m(0.6), f"transformers:{second}": m(0.7)})
+    assert promote_best(store, "acme", SETTINGS).promoted
+    assert served_policy(store, "acme") == f"transformers:{second}"
+    back = rollback_served(store, "acme", SETTINGS)
+    assert back.served.policy == f"transformers:{first}" and "rolled back" in back.reason
+    assert load_manifest(store, "acme").adapter_path == first and served_policy(store, "acme") == f"transformers:{first}"
+    rollback_served(store, "acme", SETTINGS)
+    assert served_policy(store, "acme") == "heuristic" and load_manifest(store, "acme") is None
+    with pytest.raises(NothingToRollBack):
+        rollback_served(store, "acme", SETTINGS)
+
+
+def test_missing_benchmark_results_are_a_clear_error(store):
+    with pytest.raises(FileNotFoundError, match="benchmark_report"):
+        promote_best(store, "acme", SETTINGS)
+
+
+def test_serving_section_is_validated_with_the_customer_name():
+    from types import SimpleNamespace
+
+    assert serving_settings(SimpleNamespace(name="acme", model_extra={})).vllm_url is None
+    with pytest.raises(ValueError, match="acme.*serving"):
+        serving_settings(SimpleNamespace(name="acme", model_extra={"serving": {"promotion": {"margn": 0.1}}}))
