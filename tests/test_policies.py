@@ -563,3 +563,90 @@ def test_openai_policy_logprobs_from_real_server(openai_server):
     assert "Paris" in (step.content or "")
     assert len(step.completion_logprobs) == len(step.completion_token_ids) == step.completion_tokens
     assert all(lp <= 0 for lp in step.completion_logprobs)
+
+
+# ---- the heuristic policy's pure helpers and its bridge hop, on hand-made chunks -----------
+
+from retrieval.policies.heuristic import HeuristicEpisode  # noqa: E402
+from retrieval.policies.heuristic_text import entity_spans, normalize, question_terms, title_keys  # noqa: E402
+
+ALL_TOOLS = [{"type": "function", "function": {"name": name}} for name in ("search_corpus", "grep_corpus", "read_document", "prune_chunks")]
+
+
+def _tool_results(step: PolicyStep, results: dict[int, list[tuple[str, str]]]) -> list[dict]:
+    """Tool messages answering `step`'s calls: call i shows the (title, text) chunks results[i]."""
+    messages = []
+    for position, call in enumerate(step.tool_calls):
+        chunks = "".join(
+            f'<Chunk id={call.id}_{n} doc=d_{title.replace(" ", "_")} title="{title}">\n{text}\n</Chunk>\n'
+            for n, (title, text) in enumerate(results.get(position, []))
+        )
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": chunks + "[Token usage: 1,000/32,768]"})
+    return messages
+
+
+def test_normalize_compares_names_across_punctuation():
+    assert normalize("Batman: Under the Red Hood") == normalize("Batman Under the Red Hood")
+    assert normalize("Thelma & Louise") == "thelma and louise"
+
+
+def test_question_terms_drop_the_possessive():
+    assert question_terms("What is Gisvi's city of birth?") == ["gisvi", "city", "birth"]
+
+
+def test_title_keys_are_normalized_and_drop_qualifiers():
+    assert title_keys("Nottingham Forest F.C.") == ("nottingham forest f c", "nottingham forest")
+    assert title_keys("Kiss and Tell (1945 film)") == ("kiss and tell",)
+
+
+def test_entity_spans_keep_titles_and_drop_sentence_openers():
+    spans = entity_spans("The film Kiss and Tell was directed by Richard Wallace in 1945.")
+    assert "Kiss and Tell" in spans and "Richard Wallace" in spans and "The" not in spans
+
+
+def test_variants_of_question_entities_are_not_bridges():
+    episode = HeuristicEpisode("Ernest Foot was the best friend of the fighter pilot who had how many victories?")
+    assert episode._is_known("Major Ernest Leslie Foot")
+    assert not episode._is_known("Albert Ball")
+
+
+def test_bridge_is_read_from_the_question_entity_document():
+    """The document titled by the question's entity (`Gisvi`) gives the bridge (`Windhoek`),
+    not the top-ranked neighbour's own subject (`Toronto` in `Hotels in Toronto`)."""
+    episode = HeuristicEpisode("What is the most popular hotel in Gisvi's city of birth?")
+    hop1 = episode.act([], ALL_TOOLS)
+    assert all(call.name == "search_corpus" for call in hop1.tool_calls)
+    results = {0: [
+        ("Hotels in Toronto", "The most popular hotel in Toronto is the Royal York. Toronto is a city in Canada."),
+        ("Gisvi", "Gisvi (born 6 March 1982 in Windhoek, South-West Africa) is a Portuguese retired footballer."),
+    ]}
+    hop2 = episode.act(_tool_results(hop1, results), ALL_TOOLS)
+    queries = [call.arguments["query"] for call in hop2.tool_calls if call.name == "search_corpus"]
+    assert queries and queries[0].startswith("Windhoek")
+    assert "popular" in queries[0] and "hotel" in queries[0]  # the question's words the first hop did not cover
+
+
+def test_answer_keeps_a_slot_for_the_bridge_document():
+    """A bridge document that covers the question's remaining words is answered early, even
+    though near-duplicates of the first hop share more of the question's words."""
+    episode = HeuristicEpisode("What is the most popular hotel in Gisvi's city of birth?")
+    hop1 = episode.act([], ALL_TOOLS)
+    hop1_results = {0: [("Gisvi", "Gisvi (born 6 March 1982 in Windhoek, South-West Africa) is a Portuguese retired footballer.")]}
+    hop1_results |= {
+        n: [(f"Gisvi {n} (disambiguation)", f"Gisvi may also refer to a popular footballer born in {n} in the city.")]
+        for n in range(1, len(hop1.tool_calls))
+    }
+    hop2 = episode.act(_tool_results(hop1, hop1_results), ALL_TOOLS)
+    first_search = next(n for n, call in enumerate(hop2.tool_calls) if call.name == "search_corpus")
+    assert hop2.tool_calls[first_search].arguments["query"].startswith("Windhoek")
+    bridge = {first_search: [("Windhoek", "Windhoek is the capital. Its most popular hotel is the Windhoek Country Club Resort.")]}
+    step = episode.act(_tool_results(hop2, bridge), ALL_TOOLS)
+    while step.tool_calls:
+        step = episode.act(_tool_results(step, {}), ALL_TOOLS)
+    docs = [doc for doc, _ in episode._answer_ranking()]
+    assert docs.index("d_Windhoek") < 3
+
+
+def test_heuristic_episode_is_deterministic_for_seed_zero():
+    steps = [HeuristicEpisode("Which composer was born first, Antonín Dvořák or Giuseppe Verdi?").act([], ALL_TOOLS) for _ in range(2)]
+    assert [[c.arguments for c in s.tool_calls] for s in steps][0] == [[c.arguments for c in s.tool_calls] for s in steps][1]

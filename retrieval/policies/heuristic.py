@@ -11,11 +11,18 @@ results back from its messages) and follows the Context-1 playbook for multi-hop
    entity verbatim; prune chunks that scored low;
 3. read the best documents when budget allows, prune again, and answer with documents ranked
    by their best chunk's evidence: rank in its search, idf-weighted question-term overlap,
-   question entities in title/text, and a link to a bridge entity found by an earlier hop.
+   question entities in title/text, and a link to a bridge entity found by an earlier hop;
+   each hop of the chain keeps an early slot (the best document, the document titled by each
+   question entity, the strongest bridge's document when it covers the question's remaining
+   words), and the list is filled up to `max_docs` (an empty slot can only lose recall).
 
-Simplifications: entities are capitalized spans (no NER model), idf is estimated over the
-chunks seen in the episode, and seeds > 0 only perturb the scoring weights and the bridge
-choices (for Nx mode diversity).
+Bridges are read from the document titled by a question entity first (the first hop's
+answer), then from the best documents; a bridge is a name such a document links to, not its
+own subject, a variant of a question entity, or a common word capitalized at a sentence start.
+
+Simplifications: entities are capitalized spans (no NER model), names are compared after
+`normalize` (both in `heuristic_text`), idf is estimated over the chunks seen in the episode,
+and seeds > 0 only perturb the scoring weights and the bridge choices (for Nx mode diversity).
 """
 
 from __future__ import annotations
@@ -26,113 +33,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import regex
-
 from retrieval.answer import format_final_answer
 from retrieval.embedding_model import load_token_offsets
+from retrieval.policies.heuristic_text import (
+    best_sentence, entity_spans, has_phrase, is_bridge_entity, is_common_word, lowercase_words, normalize,
+    question_entities, question_terms, split_conjunction, split_sentences, title_keys, title_match,
+)
 from retrieval.policy_base import Message, PolicyStep, TokenCounter, ToolCall
 from retrieval.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS
-from retrieval.tools import STOPWORDS, content_terms, parse_rendered_chunks
+from retrieval.tools import STOPWORDS, parse_rendered_chunks
 
-_CONNECTOR = r"(?:of|the|and|de|for|in|on|von|van|der|den|la|le|du|del|da|di|y|&)"
-_CAP = r"\p{Lu}[\p{L}\p{M}\d'’.\-]*"
-_NUM = r"\d(?:[\d\-]|[,.]\d)*\p{L}*"
-_ENTITY = regex.compile(rf"(?:{_NUM}[ \t]+)?{_CAP}(?:[ \t]+(?:{_CONNECTOR}[ \t]+)*{_CAP}|[ \t]+{_NUM})*")
-_QUOTED = re.compile(r"[\"“”]([^\"“”]{3,80})[\"“”]")
 _USAGE = re.compile(r"\[Token usage: ([\d,]+)/([\d,]+)\]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“])")
-_MONTHS = frozenset("january february march april may june july august september october november december".split())
-_WEAK_STARTS = STOPWORDS | frozenset("he she it his her they their this these those its after during however although while".split())
-
-
-def _clean_span(words: list[str], sentence_start: bool) -> str:
-    # A word ending a sentence ("China." before "Administratively") ends the span; initials
-    # and abbreviations ("J.", "U.S.") do not.
-    for position, word in enumerate(words[:-1]):
-        if word.endswith(".") and len(word.rstrip(".")) >= 3 and "." not in word.rstrip("."):
-            words = words[: position + 1]
-            break
-    while words and words[-1].rstrip(".,").lower() in STOPWORDS | {"&"}:
-        words = words[:-1]
-    if sentence_start:
-        while words and words[0].lower() in _WEAK_STARTS:
-            words = words[1:]
-    return " ".join(words).rstrip(".,'’-").removesuffix("'s").removesuffix("’s")
-
-
-def entity_spans(text: str) -> list[str]:
-    """Capitalized multi-word spans (`First for Women`, `Kiss and Tell`), cleaned, in order."""
-    spans: dict[str, None] = {}
-    for match in _ENTITY.finditer(text):
-        before = text[: match.start()].rstrip()
-        span = _clean_span(match.group(0).split(), not before or before[-1] in ".!?\"“:;(")
-        if len(span) < 3 or span.lower() in _WEAK_STARTS or span.lower() in _MONTHS:
-            continue
-        spans.setdefault(span, None)
-    return list(spans)
-
-
-def is_bridge_entity(span: str) -> bool:
-    """Names worth a follow-up search: not dates or numbers, not a month-bearing phrase."""
-    words = span.lower().split()
-    return span[0].isalpha() and not _MONTHS.intersection(words) and not any(w.isdigit() for w in words[:1])
-
-
-def split_conjunction(span: str) -> list[str]:
-    """`A and B` / `A or B` -> [A, B] (kept whole too by callers: `Kiss and Tell` is a title)."""
-    parts = [part for part in re.split(r"\s+(?:and|or|&)\s+", span) if len(part) >= 3]
-    return parts if len(parts) > 1 else []
-
-
-def question_entities(question: str) -> tuple[list[str], list[str]]:
-    """(every entity to match, the entities to search): quoted strings and capitalized spans;
-    a conjunction `A and B` is matched whole and as A and B, and searched as A and B."""
-    matched: list[str] = [q.strip() for q in _QUOTED.findall(question)]
-    searched: list[str] = list(matched)
-    for span in entity_spans(question):
-        parts = split_conjunction(span)
-        matched += [span, *parts]
-        searched += parts or [span]
-    return list(dict.fromkeys(matched)), list(dict.fromkeys(searched))
-
-
-def _has_phrase(text_lower: str, phrase: str) -> bool:
-    """`phrase` occurs in `text_lower` as whole words (plain `find`: no regex per title)."""
-    phrase = phrase.lower()
-    if not phrase:
-        return False
-    start = text_lower.find(phrase)
-    while start >= 0:
-        end = start + len(phrase)
-        if (start == 0 or not text_lower[start - 1].isalnum()) and (end == len(text_lower) or not text_lower[end].isalnum()):
-            return True
-        start = text_lower.find(phrase, start + 1)
-    return False
-
-
-def _bare_title(title: str) -> str:
-    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip().lower()
-
-
-def title_keys(title: str) -> tuple[str, ...]:
-    """Ways a text names a document: `Copake Lake, New York` -> `copake lake`;
-    `Nottingham Forest F.C.` -> `nottingham forest`; `Kiss and Tell (1945 film)` -> `kiss and tell`."""
-    bare = _bare_title(title)
-    keys = [bare, bare.split(",")[0].strip()]
-    words = keys[-1].split()
-    while len(words) > 1 and ("." in words[-1] or words[-1] in {"fc", "inc", "ltd", "band", "film"}):
-        words = words[:-1]
-    keys.append(" ".join(words))
-    return tuple(key for key in dict.fromkeys(keys) if len(key) > 3)
-
-
-def _title_match(name: str, chunk: Seen) -> float:
-    """1 when `name` is the chunk's document title, 0.7 when it is part of it (or it of `name`)."""
-    if name in chunk.keys:
-        return 1.0
-    if chunk.keys and (_has_phrase(chunk.keys[0], name) or any(_has_phrase(name, key) for key in chunk.keys)):
-        return 0.7
-    return 0.0
 
 
 @dataclass
@@ -142,7 +53,7 @@ class Weights:
     entity: float = 1.0
     bridge: float = 1.2
     link: float = 0.5
-    keep_fraction: float = 0.6  # answer with documents scoring at least this fraction of the best
+    keep_fraction: float = 0.0  # answer with documents scoring at least this fraction of the best (0: all, up to max_docs)
 
 
 @dataclass
@@ -182,10 +93,12 @@ class HeuristicEpisode:
         self.hops = hops
         self.max_docs = max_docs
         self.read_docs = read_docs
-        self.q_terms = content_terms(question)
+        self.q_terms = question_terms(question)
         self.q_entities, self.q_search_entities = question_entities(question)
-        self.q_lower = question.lower()
+        self.q_lower = normalize(question)
+        self.q_norm_entities = [normalize(e) for e in self.q_entities]
         self.seen: dict[str, Seen] = {}
+        self.lower_words: set[str] = set()  # words the seen texts write in lower case
         self.pending: dict[str, _Call] = {}
         self.bridges: dict[str, tuple[float, list[str]]] = {}  # entity -> (strength, residual terms)
         self.pruned: set[str] = set()
@@ -237,19 +150,20 @@ class HeuristicEpisode:
             for rank, chunk in enumerate(parse_rendered_chunks(content), start=1):
                 if chunk.chunk_id in self.seen:
                     continue
-                lower = f"{chunk.title}\n{chunk.text}".lower()
+                lower = normalize(f"{chunk.title}\n{chunk.text}")
+                self.lower_words.update(lowercase_words(chunk.text))
                 self.seen[chunk.chunk_id] = Seen(
                     chunk.chunk_id, chunk.doc_id, chunk.title, chunk.text, meta.hop, rank, meta.weight,
-                    frozenset(content_terms(f"{chunk.title} {chunk.text}")), lower, title_keys(chunk.title), meta.entity,
+                    frozenset(question_terms(f"{chunk.title} {chunk.text}")), lower, title_keys(chunk.title), meta.entity,
                 )
 
     # ---- planning -------------------------------------------------------------------------------
     def _hop1_calls(self) -> list[tuple[str, dict[str, Any], _Call]]:
         queries: dict[str, float] = {self.question.strip(): 1.0}
         keywords = " ".join(self.q_terms)
-        if keywords and keywords.lower() != self.q_lower.strip(" ?"):
+        if keywords and keywords != self.q_lower:
             queries.setdefault(keywords, 1.0)
-        entity_words = set(content_terms(" ".join(self.q_entities)))
+        entity_words = set(question_terms(" ".join(self.q_entities)))
         others = [t for t in self.q_terms if t not in entity_words][:3]
         for entity in self.q_search_entities[:3]:
             queries.setdefault(" ".join([entity, *others]) if len(self.q_search_entities) > 1 else entity, 0.8)
@@ -259,7 +173,7 @@ class HeuristicEpisode:
         """A comparison (`A or B`, `A and B`): every named entity has its own document already."""
         if len(self.q_search_entities) < 2:
             return False
-        return all(any(e.lower() in c.keys for c in self.seen.values()) for e in self.q_search_entities)
+        return all(any(normalize(e) in c.keys for c in self.seen.values()) for e in self.q_search_entities)
 
     def _bridge_calls(self) -> list[tuple[str, dict[str, Any], _Call]]:
         hop = self.hop + 1
@@ -275,36 +189,63 @@ class HeuristicEpisode:
             calls.append((GREP_CORPUS, {"pattern": rf"\b{re.escape(top)}\b"}, _Call("grep", hop, 0.6, top)))
         return calls
 
-    def _bridge_candidates(self) -> list[tuple[str, float, list[str]]]:
-        """Entities of the best documents so far that the question does not name, strongest first.
+    def _bridge_anchors(self, scores: dict[str, float]) -> list[tuple[Seen, float]]:
+        """The chunks bridges are read from, with a weight: the document titled by each question
+        entity (`Gisvi` for "Gisvi's city of birth": the first hop's answer) at full weight, then
+        the best documents overall in proportion to their score."""
+        ranked = sorted(self.seen.values(), key=lambda c: -scores[c.chunk_id])
+        top = scores[ranked[0].chunk_id] if ranked else 1.0
+        anchors: dict[str, tuple[Seen, float]] = {}
+        for entity in self.q_norm_entities:
+            titled = max(ranked, key=lambda c: (title_match(entity, c.keys), scores[c.chunk_id]), default=None)
+            if titled is not None and title_match(entity, titled.keys):
+                anchors.setdefault(titled.doc_id, (titled, title_match(entity, titled.keys)))
+        for chunk in self._anchors(scores, 3):
+            anchors.setdefault(chunk.doc_id, (chunk, 0.6 * scores[chunk.chunk_id] / (top or 1.0)))
+        return list(anchors.values())
 
-        An occurrence counts more in a sentence that shares words with the question (the
-        sentence that links the bridge to the question), and less for an entity found in many
-        of the chunks seen (generic: `United States`) or already titled by a seen document.
+    def _is_known(self, entity: str) -> bool:
+        """A name the question or an earlier hop already covers, or a variant of one
+        (`Major Ernest Leslie Foot` for `Ernest Foot`, `Reznor` for `Trent Reznor`)."""
+        low = normalize(entity)
+        words = set(low.split())
+        if not words or has_phrase(self.q_lower, low):
+            return True
+        for known in [*self.q_norm_entities, *map(normalize, self.bridges)]:
+            known_words = set(known.split()) - STOPWORDS
+            if known_words and (known_words <= words or words - STOPWORDS <= known_words):
+                return True
+        return False
+
+    def _bridge_candidates(self) -> list[tuple[str, float, list[str]]]:
+        """Entities of the anchor documents that the question does not name, strongest first.
+
+        An occurrence counts more in a heavier anchor and in a sentence that shares words with
+        the question (the sentence that links the bridge to the question), and less for an
+        entity found in many of the chunks seen (generic: `United States`) or already titled by
+        a seen document.
         """
         scores = self._scores()
-        anchors = self._anchors(scores, 3)
         n = max(2, len(self.seen))
         seen_titles = {key for c in self.seen.values() for key in c.keys}
-        known = {e.lower() for e in self.q_entities} | {b.lower() for b in self.bridges}
         q_terms = set(self.q_terms)
+        entity_words = set(question_terms(" ".join(self.q_entities)))
         found: dict[str, float] = {}
         residuals: dict[str, list[str]] = {}
-        top_score = scores[anchors[0].chunk_id] if anchors else 1.0
-        for chunk in anchors:
-            base = scores[chunk.chunk_id] / (top_score or 1.0)
-            for sentence in _SENTENCE.split(chunk.text):
-                overlap = len(q_terms.intersection(content_terms(sentence)))
+        for chunk, base in self._bridge_anchors(scores):
+            for sentence in split_sentences(chunk.text):
+                overlap = len(q_terms.intersection(question_terms(sentence)))
                 spans = entity_spans(sentence)
                 for entity in spans + [part for span in spans for part in split_conjunction(span)]:
-                    low = entity.lower()
-                    if not is_bridge_entity(entity) or low in self.q_lower or low in chunk.keys or any(low in k or k in low for k in known):
+                    low = normalize(entity)
+                    own = any(has_phrase(key, low) for key in chunk.keys)  # the anchor's own subject, not a link
+                    if not is_bridge_entity(entity) or own or self._is_known(entity) or is_common_word(entity, self.lower_words):
                         continue
-                    df = sum(1 for c in self.seen.values() if low in c.lower)
+                    df = sum(1 for c in self.seen.values() if has_phrase(c.lower, low))
                     rarity = math.log(1 + n / (1 + df)) / math.log(1 + n)
                     weight = base * (1 + 0.5 * min(overlap, 4)) * rarity * (0.6 if low in seen_titles else 1.0)
                     found[entity] = found.get(entity, 0.0) + weight
-                    residuals.setdefault(entity, [t for t in self.q_terms if t not in chunk.terms and not any(t in k for k in known)])
+                    residuals.setdefault(entity, [t for t in self.q_terms if t not in chunk.terms and t not in entity_words])
         ranked = sorted(found.items(), key=lambda item: -item[1])
         return [(entity, strength, residuals[entity]) for entity, strength in ranked]
 
@@ -338,12 +279,12 @@ class HeuristicEpisode:
                 df[term] = df.get(term, 0) + 1
         idf = {t: math.log(1 + n / (1 + df.get(t, 0))) for t in self.q_terms}
         total_idf = sum(idf.values()) or 1.0
-        entities = [e.lower() for e in self.q_entities]
+        entities = self.q_norm_entities
         scores = {}
         for chunk in self.seen.values():
             rank = chunk.weight * 61 / (60 + chunk.rank) * (1.2 if chunk.hop == 1 and chunk.rank == 1 else 1.0)
             lexical = sum(idf[t] for t in self.q_terms if t in chunk.terms) / total_idf
-            entity = max([_title_match(e, chunk) or (0.4 if _has_phrase(chunk.lower, e) else 0.0) for e in entities], default=0.0)
+            entity = max([title_match(e, chunk.keys) or (0.4 if has_phrase(chunk.lower, e) else 0.0) for e in entities], default=0.0)
             scores[chunk.chunk_id] = w.rank * rank + w.lexical * lexical + w.entity * entity
         return scores
 
@@ -374,15 +315,15 @@ class HeuristicEpisode:
                 if anchor.doc_id == chunk.doc_id:
                     continue
                 strength = base[anchor.chunk_id] / (top or 1.0)
-                if any(_has_phrase(anchor.lower, key) for key in chunk.keys):
+                if any(has_phrase(anchor.lower, key) for key in chunk.keys):
                     link = max(link, strength)
-                elif any(_has_phrase(chunk.lower, key) for key in anchor.keys):
+                elif any(has_phrase(chunk.lower, key) for key in anchor.keys):
                     link = max(link, 0.5 * strength)
             bridge = 0.0
             for name, (strength, residual) in self.bridges.items():
-                low = name.lower()
-                tie = _title_match(low, chunk)
-                if not tie and _has_phrase(chunk.lower, low):
+                low = normalize(name)
+                tie = title_match(low, chunk.keys)
+                if not tie and has_phrase(chunk.lower, low):
                     tie = 1.0 if chunk.source == name else 0.5  # found by searching for it, and names it
                 if tie:
                     cover = sum(1 for t in residual if t in chunk.terms) / max(1, len(residual))
@@ -399,26 +340,48 @@ class HeuristicEpisode:
         fused = {doc: max(values) + 0.1 * (len(values) - 1) for doc, values in per_doc.items()}
         return sorted(fused.items(), key=lambda item: -item[1])
 
-    def _answer(self) -> PolicyStep:
+    def _answer_ranking(self) -> list[tuple[str, float]]:
+        """Documents by score, except that each hop of the chain gets an early slot: after the
+        best document come the document titled by each question entity (`A or B`: both sides)
+        and the best document of each strong bridge, then the rest by score. A chain's later
+        hop shares few words with the question (they were spent on the first hop), so by score
+        alone it loses to near-duplicates of the first hop; yet it is the one with the answer."""
         ranked = self._doc_ranking()
         if not ranked:
+            return []
+        score = dict(ranked)
+
+        def best_doc(matches) -> list[str]:
+            docs = {c.doc_id for c in self.seen.values() if matches(c)}
+            return [max(docs, key=score.__getitem__)] if docs else []
+
+        slots = [ranked[0][0]]
+        for entity in self.q_norm_entities:
+            slots += best_doc(lambda c: entity in c.keys)
+        if self.bridges:  # the strongest bridge, when a document of it covers the question's remaining words
+            name, (_, residual) = max(self.bridges.items(), key=lambda item: item[1][0])
+            low, wanted = normalize(name), residual[:4]
+            slots += best_doc(
+                lambda c: (title_match(low, c.keys) > 0 or (c.source == name and has_phrase(c.lower, low)))
+                and sum(t in c.terms for t in wanted) >= 0.5 * len(wanted)
+            )
+        order = list(dict.fromkeys([*slots, *(doc for doc, _ in ranked)]))
+        return [(doc, score[doc]) for doc in order]
+
+    def _answer(self) -> PolicyStep:
+        ranked = self._answer_ranking()
+        if not ranked:
             return PolicyStep(content="No supporting documents were found.")
-        best = ranked[0][1]
+        best = max(score for _, score in ranked)
         chosen = [(doc, score) for doc, score in ranked if score >= self.weights.keep_fraction * best][: self.max_docs]
         return PolicyStep(content=format_final_answer([(doc, self._justify(doc)) for doc, _ in chosen]))
 
     def _justify(self, doc_id: str) -> str:
         """The sentence of the document's best chunk sharing most terms with the question."""
         chunks = [c for c in self.seen.values() if c.doc_id == doc_id]
-        terms = set(self.q_terms) | {e.lower() for e in self.bridges}
-        best_sentence, best_overlap = "", -1
-        for chunk in chunks:
-            for sentence in _SENTENCE.split(chunk.text):
-                overlap = len(terms & set(content_terms(sentence)))
-                if overlap > best_overlap:
-                    best_sentence, best_overlap = sentence.strip(), overlap
+        terms = set(self.q_terms) | {normalize(e) for e in self.bridges}
         title = chunks[0].title if chunks else doc_id
-        return f"{title}: {best_sentence[:240]}"
+        return f"{title}: {best_sentence([c.text for c in chunks], terms)[:240]}"
 
 
 @dataclass
