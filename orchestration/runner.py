@@ -131,13 +131,16 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
         raise CliError(f"no verified tasks for customer {customer!r} yet: run `searchsmith tasks {customer}` first")
     if stage == "rl" and read_manifest(store, customer, "sft") is None:
         LOG.warning("no SFT checkpoint for %s: CISPO starts from a fresh LoRA on the base model", customer)
-    run_job(FINETUNE_JOBS[stage], customer)
+    metadata = run_job(FINETUNE_JOBS[stage], customer)
     stages = {name: read_manifest(store, customer, name) for name in ("sft", "cispo")}
     last = stages["sft"] if stage == "sft" else stages["cispo"]
     assert last is not None  # the job succeeded, so its manifest was written
+    # This run's own materialization says whether it trained or reused (the manifest keeps the
+    # run that trained it).
+    reused = bool(metadata.get(f"{last.stage}_checkpoint", {}).get("reused", False))
     return {
         "customer": customer, "stage": stage, "adapter_path": last.adapter_path, "base_model": last.base_model,
-        "steps": last.steps, "metrics": last.metrics, "reused": last.reused, "policy": last.policy,
+        "steps": last.steps, "metrics": last.metrics, "reused": reused, "policy": last.policy,
         "stages": {name: m.to_dict() for name, m in stages.items() if m is not None and (stage == "all" or name == last.stage)},
     }
 

@@ -150,3 +150,17 @@ def test_the_checkpoint_runs_as_a_policy_through_the_harness(trained):
     with Harness(TinyBackend(), policy, config) as harness:
         trajectory = harness.run("Who designed the Alpha Lighthouse?")
     assert trajectory.error is None and trajectory.turns
+
+
+def test_concurrent_first_loads_of_an_adapter_share_one_real_model(trained, settings):
+    """A benchmark's first episodes load the checkpoint from several threads at once; transformers
+    builds on the meta device under process-wide patches, so unserialized loads broke models."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from retrieval.policies.transformers_policy import clear_model_cache, load_model
+
+    clear_model_cache()
+    with ThreadPoolExecutor(4) as pool:
+        loaded = list(pool.map(lambda _: load_model(settings.base_model, trained.sft.adapter_path), range(4)))
+    assert all(item is loaded[0] for item in loaded)
+    assert not any(p.is_meta for p in loaded[0].model.parameters())

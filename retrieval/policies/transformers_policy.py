@@ -46,6 +46,7 @@ class LoadedModel:
 _CACHE: dict[tuple[str, str | None, str, str], LoadedModel] = {}
 _TOKENIZERS: dict[str, Any] = {}
 _CACHE_LOCK = threading.Lock()
+_LOAD_LOCK = threading.Lock()
 
 
 def resolve_model_dir(model_path_or_dir: str | Path) -> Path:
@@ -85,21 +86,28 @@ def load_model(
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    # One load at a time: transformers builds models on the meta device under process-wide
+    # patches, so two threads loading at once (a benchmark's first episodes) can leave one
+    # model with meta tensors; the loser of the race also reuses the winner's copy.
+    with _LOAD_LOCK:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                return _CACHE[key]
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch_dtype = "auto" if dtype_name == "auto" else getattr(torch, dtype_name)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
-    if adapter is not None:
-        from peft import PeftModel
+        torch_dtype = "auto" if dtype_name == "auto" else getattr(torch, dtype_name)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+        if adapter is not None:
+            from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter)
-    model.to(device)
-    model.eval()
-    loaded = from_model(model, tokenizer)
-    with _CACHE_LOCK:
-        return _CACHE.setdefault(key, loaded)
+            model = PeftModel.from_pretrained(model, adapter)
+        model.to(device)
+        model.eval()
+        loaded = from_model(model, tokenizer)
+        with _CACHE_LOCK:
+            return _CACHE.setdefault(key, loaded)
 
 
 def from_model(model: Any, tokenizer: Any) -> LoadedModel:
