@@ -10,7 +10,7 @@ from assets.index_assets import open_index
 from assets.synth_assets import distractor_sets
 from assets.training_assets import cispo_checkpoint, sft_checkpoint
 from corpus.stage import chunks_key
-from evaluation.customer_report import BenchmarkSettings, png_markdown, run_customer_benchmark
+from evaluation.customer_report import BenchmarkSettings, benchmark_candidates, png_markdown, run_customer_benchmark
 from evaluation.report import render_markdown
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
@@ -38,7 +38,7 @@ def benchmark_report(
     settings = BenchmarkSettings.model_validate(config.model_extra.get("benchmark", {}) if config.model_extra else {})
     artifacts = store.get()
     index = open_index(name, store, chroma, customers)
-    candidates = list(dict.fromkeys(settings.policies + checkpoint_policies(artifacts, name)))
+    candidates = benchmark_candidates(settings, checkpoint_policies(artifacts, name))
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         result = run_customer_benchmark(

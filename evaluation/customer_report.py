@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +35,15 @@ class BenchmarkSettings(BaseModel):
     # a CPU demo bounds what an undertrained model may generate per turn.
     model_options: dict = Field(default_factory=dict)
     harness: dict = Field(default_factory=dict)  # HarnessConfig overrides for every agent candidate
+    # Which training checkpoints join as candidates: `all` (SFT and CISPO) or `latest` (the last
+    # stage trained; halves what a CPU demo spends generating).
+    checkpoints: Literal["all", "latest"] = "all"
+
+
+def benchmark_candidates(settings: BenchmarkSettings, checkpoints: list[str]) -> list[str]:
+    """The configured policies plus the training checkpoints (`all`, or the `latest` one), no repeats."""
+    chosen = checkpoints[-1:] if settings.checkpoints == "latest" else checkpoints
+    return list(dict.fromkeys(settings.policies + chosen))
 
 
 @dataclass

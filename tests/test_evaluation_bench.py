@@ -114,3 +114,13 @@ def test_candidate_specs():
     with pytest.raises(ValueError):
         split_candidates("bm25,bm25")
     assert [s.name for s in split_candidates("bm25, heuristic@2")] == ["bm25", "heuristic@2"]
+
+
+def test_benchmark_candidates_add_all_checkpoints_or_only_the_latest():
+    from evaluation.customer_report import BenchmarkSettings, benchmark_candidates
+
+    checkpoints = ["transformers:/m/sft", "transformers:/m/cispo"]
+    assert benchmark_candidates(BenchmarkSettings(policies=["hybrid", "heuristic"]), checkpoints) == ["hybrid", "heuristic", *checkpoints]
+    latest = BenchmarkSettings(policies=["hybrid", "transformers:/m/cispo"], checkpoints="latest")
+    assert benchmark_candidates(latest, checkpoints) == ["hybrid", "transformers:/m/cispo"]
+    assert benchmark_candidates(latest, []) == ["hybrid", "transformers:/m/cispo"]

@@ -295,8 +295,12 @@ def test_transformers_policy_loads_lora_adapter(tmp_path, tiny_dir):
     plain = TransformersPolicy(str(tiny_dir), max_new_tokens=12).new_episode("q").act(BASE_MESSAGES, TOOLS)
     adapted_policy = TransformersPolicy(str(tiny_dir), adapter_path=tmp_path / "adapter", max_new_tokens=12)
     adapted = adapted_policy.new_episode("q").act(BASE_MESSAGES, TOOLS)
-    assert type(adapted_policy.loaded().model).__name__.startswith("Peft")
+    merged = adapted_policy.loaded().model
+    assert not type(merged).__name__.startswith("Peft"), "inference folds the LoRA into the weights"
     assert adapted.completion_logprobs != plain.completion_logprobs  # the adapter changes the model
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        assert torch.allclose(merged(input_ids=ids).logits, peft_model.eval()(input_ids=ids).logits, atol=1e-4)
     assert "+" in adapted_policy.name
 
 

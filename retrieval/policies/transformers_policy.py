@@ -102,7 +102,9 @@ def load_model(
         if adapter is not None:
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(model, adapter)
+            # Inference only: fold the LoRA deltas into the weights, so each step runs the base
+            # model's matmuls instead of base + two low-rank ones per projection.
+            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
         model.to(device)
         model.eval()
         loaded = from_model(model, tokenizer)
