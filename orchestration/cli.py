@@ -171,7 +171,7 @@ def cmd_api(args) -> dict[str, Any]:
     from orchestration.runner import serve_search_api
 
     print(f"search service on http://{args.host}:{args.port} (POST /v1/search, GET /openapi.json)", file=sys.stderr)
-    serve_search_api(args.host, args.port)
+    serve_search_api(args.host, args.port, args.timeout)
     return {"stopped": True}
 
 
@@ -256,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = add("api", cmd_api, lambda payload: "search service stopped", "run the HTTP search service (POST /v1/search)")
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8080)
+    api.add_argument("--timeout", type=float, default=60.0, help="seconds one search may take (a model on CPU needs more)")
     add("demo", cmd_demo, _human_demo, "materialize the whole lineage for the offline demo customer")
     search = add("search", cmd_search, _human_search, "ask a customer's search agent a question")
     search.add_argument("customer")

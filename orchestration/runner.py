@@ -203,11 +203,11 @@ def search_service_wiring() -> dict[str, Any]:
             "policy_for": lambda customer: served_policy(store, customer)}
 
 
-def serve_search_api(host: str, port: int) -> None:
+def serve_search_api(host: str, port: int, timeout_s: float = 60.0) -> None:
     """`searchsmith api`: serve until interrupted."""
-    from serving.api import serve_api
+    from serving.api import ApiLimits, serve_api
 
-    serve_api(host, port, **search_service_wiring())
+    serve_api(host, port, limits=ApiLimits(search_timeout_s=timeout_s), **search_service_wiring())
 
 
 def check_search_api(customer: str, question: str, k: int = 5) -> dict[str, Any]:
