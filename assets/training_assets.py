@@ -14,6 +14,7 @@ from assets.synth_assets import distractor_sets
 from corpus.stage import chunks_key
 from evaluation.customer_report import png_markdown
 from orchestration.partitions import customers_partitions
+from retrieval.policies.transformers_policy import read_adapter_sidecar
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from synth.stage import final_tasks_key, load_tasks
 from training.customer_training import (
@@ -36,8 +37,12 @@ def _train_split(name: str, store: ArtifactStoreResource, max_tasks: int | None)
 
 
 def _checkpoint_metadata(manifest: CheckpointManifest) -> dict:
+    """The adapter's sidecar (config, data lineage, metrics) as Dagster metadata, scalars as numbers."""
     scalars = {k: v for k, v in manifest.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    sidecar = read_adapter_sidecar(manifest.adapter_path)
     return {
+        "config": dg.MetadataValue.json(sidecar.get("config") or {}),
+        "lineage": dg.MetadataValue.json({**(sidecar.get("lineage") or {}), **manifest.lineage}),
         "adapter_path": dg.MetadataValue.path(manifest.adapter_path),
         "base_model": manifest.base_model,
         "steps": manifest.steps,

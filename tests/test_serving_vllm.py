@@ -212,7 +212,7 @@ def test_real_vllm_serves_lora_adapters_and_loads_one_at_run_time(smollm2_dir, t
     first_name, second_name = adapter_name("acme", str(first)), adapter_name("globex", str(second))
     server_config = VLLMServerConfig(
         base_model=str(smollm2_dir), served_model_name="smollm2", adapters={first_name: str(first)}, max_lora_rank=8,
-        max_loras=2, port=free_port(), device="cpu", max_model_len=2048, max_num_seqs=2, cpu_kv_cache_gib=1,
+        max_loras=3, port=free_port(), device="cpu", max_model_len=2048, max_num_seqs=2, cpu_kv_cache_gib=1,
     )
     server = VLLMServer(server_config, tmp_path / "vllm.log")
     with server:
@@ -234,6 +234,22 @@ def test_real_vllm_serves_lora_adapters_and_loads_one_at_run_time(smollm2_dir, t
 
         server.swap_adapter(first_name, first, previous=second_name)
         assert second_name not in server.models() and first_name in server.models()
+
+        # The promotion path: deploy() loads a customer's newly served adapter into the running
+        # server, points the manifest (and so the search service) at it, and unloads the old one.
+        from corpus.storage import LocalArtifactStore
+        from serving.deployment import ServingSettings, deploy
+        from serving.served_state import ServedRecord
+
+        store, settings = LocalArtifactStore(tmp_path / "artifacts"), ServingSettings(vllm_url=server.base_url)
+        old = deploy(store, ServedRecord(customer="initech", policy=f"transformers:{second}", adapter_path=str(second),
+                                         base_model="smollm2"), "initech", settings)
+        assert old.server_url == server.base_url and old.adapter_name in server.models()
+        assert old.policy_spec() == f"openai:{server.base_url}#{old.adapter_name}"
+        new = deploy(store, ServedRecord(customer="initech", policy=f"transformers:{first}", adapter_path=str(first),
+                                         base_model="smollm2"), "initech", settings)
+        assert new.adapter_name in server.models() and old.adapter_name not in server.models()
+        assert first_name in server.models(), "another customer's adapter is never touched"
         pid = server.process.pid
     assert not server.running and server.process.returncode is not None
     with pytest.raises(ProcessLookupError):

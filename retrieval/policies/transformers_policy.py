@@ -355,16 +355,22 @@ class TransformersEpisode:
 ADAPTER_SIDECARS = ("searchsmith_adapter.json", "checkpoint.json")
 
 
+def read_adapter_sidecar(adapter_dir: str | Path) -> dict[str, Any]:
+    """The sidecar our trainers write beside an adapter (SFT or CISPO); {} when there is none."""
+    folder = Path(adapter_dir).expanduser()
+    for name in ADAPTER_SIDECARS:
+        if (folder / name).is_file():
+            return json.loads((folder / name).read_text(encoding="utf-8"))
+    return {}
+
+
 def adapter_base_model(adapter_dir: str | Path) -> str:
     """The base model a peft adapter folder was trained on: our sidecar first (it records the
     spec as given, e.g. `smollm2`, which resolves on any machine), else peft's own record."""
     folder = Path(adapter_dir).expanduser()
-    for name in ADAPTER_SIDECARS:
-        sidecar = folder / name
-        if sidecar.is_file():
-            base = json.loads(sidecar.read_text(encoding="utf-8")).get("base_model")
-            if base:
-                return str(base)
+    base = read_adapter_sidecar(folder).get("base_model")
+    if base:
+        return str(base)
     config = folder / "adapter_config.json"
     base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path") if config.is_file() else None
     if not base:
