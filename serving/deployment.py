@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from corpus.storage import ArtifactStore
@@ -84,17 +83,6 @@ class ServingOutcome:
         }
 
 
-def _server_models(url: str, api_key_env: str | None) -> list[str]:
-    import os
-
-    headers = {}
-    if api_key_env and os.environ.get(api_key_env):
-        headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
-    response = httpx.get(f"{url.rstrip('/')}/models", headers=headers, timeout=30.0)
-    response.raise_for_status()
-    return [model["id"] for model in response.json().get("data", [])]
-
-
 def deploy(store: ArtifactStore, record: ServedRecord | None, customer: str, settings: ServingSettings) -> ServingManifest | None:
     """Make `record` reachable: load its adapter into the customer's vLLM server (when configured),
     unload the customer's previous adapter there, and rewrite the serving manifest."""
@@ -117,7 +105,7 @@ def deploy(store: ArtifactStore, record: ServedRecord | None, customer: str, set
     manifest = manifest_for(record, server_url=url, tool_call_parser=parser)
     if url is not None and manifest.adapter_name:
         client = VLLMRolloutEngine(url, manifest.adapter_name, api_key_env=settings.vllm_api_key_env)
-        loaded = _server_models(url, settings.vllm_api_key_env)
+        loaded = client.models()
         if manifest.adapter_name not in loaded:
             seconds = client.load_adapter(manifest.adapter_name, record.adapter_path)
             LOG.info("loaded %s into %s in %.2fs", manifest.adapter_name, url, seconds)

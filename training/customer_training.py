@@ -290,24 +290,37 @@ def train_sft_checkpoint(
 
     run_id = run_identity("sft", settings.base_model, settings.lora.model_dump(), settings.sft.model_dump(),
                           sorted(t.id for t in trajectories))
-    previous = read_manifest(store, customer, "sft")
-    if previous is not None and previous.run_id == run_id:
-        try:
-            local_adapter(store, previous)
-            previous.reused = True
-            return previous, []
-        except FileNotFoundError:
-            LOG.warning("the manifest's SFT adapter is gone; training again")
+    reusable = _reusable_run(store, customer, "sft", run_id)
+    if reusable is not None:
+        return reusable, []
     out = models_dir(home, customer, "sft", run_id)
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
                      lineage={"customer": customer, "run_id": run_id})
-    key = adapter_prefix(customer, "sft", run_id)
-    push_folder(store, Path(result.adapter_path), key)
-    manifest = CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()), key,
-                                  result.base_model, result.steps, result.metrics,
-                                  lineage={"trajectories": len(trajectories)})
-    write_manifest(store, manifest)
+    manifest = _publish(store, CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()),
+                                                  adapter_prefix(customer, "sft", run_id), result.base_model, result.steps,
+                                                  result.metrics, lineage={"trajectories": len(trajectories)}))
     return manifest, result.loss_curve
+
+
+def _reusable_run(store: ArtifactStore, customer: str, stage: str, run_id: str) -> CheckpointManifest | None:
+    """The stage's manifest when it records this very run and its adapter is still reachable."""
+    previous = read_manifest(store, customer, stage)
+    if previous is None or previous.run_id != run_id:
+        return None
+    try:
+        local_adapter(store, previous)
+    except FileNotFoundError:
+        LOG.warning("the manifest's %s adapter is gone; training again", stage)
+        return None
+    previous.reused = True
+    return previous
+
+
+def _publish(store: ArtifactStore, manifest: CheckpointManifest) -> CheckpointManifest:
+    """Copy the trained adapter into the store, then point the stage's manifest at it."""
+    push_folder(store, Path(manifest.adapter_path), manifest.adapter_key)
+    write_manifest(store, manifest)
+    return manifest
 
 
 # ---- cispo_checkpoint ---------------------------------------------------------------------------
@@ -341,24 +354,17 @@ def train_cispo_checkpoint(
     config = rl_config(settings, init_path is not None)
     run_id = run_identity("cispo", settings.base_model, config.model_dump(mode="json"), init.run_id if init else None,
                           sorted(task.task_id for task in bench_tasks))
-    previous = read_manifest(store, customer, "cispo")
-    if previous is not None and previous.run_id == run_id:
-        try:
-            local_adapter(store, previous)
-            previous.reused = True
-            return previous, []
-        except FileNotFoundError:
-            LOG.warning("the manifest's CISPO adapter is gone; training again (resuming from checkpoints if any)")
+    reusable = _reusable_run(store, customer, "cispo", run_id)  # gone: train again, resuming from checkpoints
+    if reusable is not None:
+        return reusable, []
     out = models_dir(home, customer, "cispo", run_id)
     result = train_cispo(config, bench_tasks, backend, settings.base_model, init_path, out, log=log)
-    key = adapter_prefix(customer, "cispo", run_id)
-    push_folder(store, Path(result.adapter_path), key)
     lineage = {"init_adapter": str(init_path) if init_path else None, "init_run_id": init.run_id if init else None,
                "tasks": len(bench_tasks), "resumed_from": result.resumed_from,
                "checkpoints": [str(p) for p in result.checkpoints]}
-    manifest = CheckpointManifest("cispo", customer, run_id, str(Path(result.adapter_path).resolve()), key,
-                                  str(result.base_model), result.steps, _jsonable(result.metrics), lineage=lineage)
-    write_manifest(store, manifest)
+    manifest = _publish(store, CheckpointManifest("cispo", customer, run_id, str(Path(result.adapter_path).resolve()),
+                                                  adapter_prefix(customer, "cispo", run_id), str(result.base_model),
+                                                  result.steps, _jsonable(result.metrics), lineage=lineage))
     return manifest, result.history
 
 

@@ -160,6 +160,12 @@ class VLLMRolloutEngine:
         if response.status_code >= 400:
             raise RuntimeError(f"vLLM {path} failed ({response.status_code}): {response.text[:500]}")
 
+    def models(self) -> list[str]:
+        """What the server serves now: the base model and every loaded adapter."""
+        response = self._client().get(f"{self.base_url}/models")
+        response.raise_for_status()
+        return [model["id"] for model in response.json().get("data", [])]
+
     def load_adapter(self, name: str, path: str | Path) -> float:
         start = time.perf_counter()
         self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(Path(path).resolve())})
