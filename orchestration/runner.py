@@ -122,10 +122,12 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     """Materialize the training assets of `stage` and report the last adapter it produced."""
     from orchestration.definitions import defs
     from synth.stage import final_tasks_key
-    from training.customer_training import read_manifest
+    from training.customer_training import read_manifest, training_settings
 
     if stage not in FINETUNE_JOBS:
         raise CliError(f"unknown stage {stage!r}; use sft, rl or all")
+    config = CustomerRegistry().get(customer)  # an unknown customer is named as such, not as "no tasks"
+    training_settings(config)  # a bad `training:` section fails here, before Dagster starts
     store = defs.resources["store"].get()
     if not store.exists(final_tasks_key(customer)):
         raise CliError(f"no verified tasks for customer {customer!r} yet: run `searchsmith tasks {customer}` first")
