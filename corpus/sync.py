@@ -3,7 +3,9 @@
 Only new and changed items are fetched and parsed (connectors decide from version
 fingerprints); an item the previous sync knew and the scan no longer lists becomes a tombstone.
 Every input that could not be fetched or parsed lands in the quarantine table with its reason,
-and is not recorded as synced, so the next run tries it again. When a whole source cannot be
+and is not recorded as synced, so the next run tries it again. That includes an input whose
+name or text no table can hold (a file name that is not UTF-8): one bad item is a quarantine
+row, never the end of the customer's sync. When a whole source cannot be
 listed, its documents are kept as they were (never tombstoned on a failed listing).
 """
 
@@ -19,8 +21,8 @@ from typing import Callable, Iterable
 
 import polars as pl
 
-from corpus.parsing import ParseError, parse_bytes
-from corpus.sources.base import Connector, Failed, Fetched, PreviousItem, SourceError, Unchanged
+from corpus.parsing import ParsedDocument, ParseError, parse_bytes
+from corpus.sources.base import Connector, Failed, Fetched, PreviousItem, SourceError, Unchanged, is_utf8_name, printable_name
 
 log = logging.getLogger(__name__)
 
@@ -117,17 +119,14 @@ class _SourceSync:
 
     def apply(self, event: Fetched | Unchanged | Failed) -> None:
         self.seen_uris.add(event.uri)
+        if not is_utf8_name(event.uri):  # whatever the connector: no table can store this uri
+            self._quarantine(printable_name(event.uri), "fetch", "name is not valid UTF-8; rename it to sync it")
+            return
         if isinstance(event, Failed):
             self._quarantine(event.uri, "fetch", event.reason)
             return
         if isinstance(event, Unchanged):
-            rows = self.previous_rows.get(event.uri, [])
-            known = self.previous_items.get(event.uri)
-            same = not event.validators or (known is not None and dict(event.validators) == dict(known.validators))
-            validators = None if same else json.dumps(dict(event.validators))
-            for row in rows:
-                self.rows.append(row if same else {**row, "validators": validators})
-            self.counts.unchanged += len(rows)
+            self._keep_unchanged(event)
             return
         self.counts.fetched += 1
         try:
@@ -138,20 +137,36 @@ class _SourceSync:
         except Exception as error:  # a parser bug must not lose the rest of the corpus
             self._quarantine(event.uri, "parse", f"{type(error).__name__}: {error}")
             return
+        try:
+            rows, vanished = self._document_rows(event, parsed)
+        except Exception as error:  # e.g. text with a lone surrogate, which no hash or table holds
+            self._quarantine(event.uri, "parse", f"{type(error).__name__}: {error}")
+            return
+        self.rows.extend(rows)
+        for row in vanished:  # parts that vanished from a multi-document file
+            self._tombstone(row)
+
+    def _keep_unchanged(self, event: Unchanged) -> None:
+        rows = self.previous_rows.get(event.uri, [])
+        known = self.previous_items.get(event.uri)
+        same = not event.validators or (known is not None and dict(event.validators) == dict(known.validators))
+        validators = None if same else json.dumps(dict(event.validators))
+        for row in rows:
+            self.rows.append(row if same else {**row, "validators": validators})
+        self.counts.unchanged += len(rows)
+
+    def _document_rows(self, event: Fetched, parsed: list[ParsedDocument]) -> tuple[list[dict], list[dict]]:
+        """The rows of one fetched item and the previous rows it no longer has. Counts are only
+        touched once every row was built, so a failure halfway leaves no trace but the quarantine."""
         old = {row["doc_id"]: row for row in self.previous_rows.get(event.uri, [])}
+        rows, outcomes = [], []
         for document in parsed:
             doc_id = document_id(self.source, event.uri, document.part)
             digest = text_hash(document.title, document.text)
             previous = old.pop(doc_id, None)
-            if previous is None:
-                self.counts.added += 1
-                self.touched.append(doc_id)
-            elif previous["content_hash"] != digest:
-                self.counts.changed += 1
-                self.touched.append(doc_id)
-            else:
-                self.counts.unchanged += 1
-            self.rows.append(
+            outcome = "added" if previous is None else ("changed" if previous["content_hash"] != digest else "unchanged")
+            outcomes.append((doc_id, outcome))
+            rows.append(
                 {
                     "doc_id": doc_id,
                     "source": self.source,
@@ -165,12 +180,15 @@ class _SourceSync:
                     "version": event.version,
                     "validators": json.dumps(dict(event.validators)),
                     "metadata": json.dumps({**event.metadata, **document.metadata}),
-                    "fetched_at": self.stamp if previous is None or previous["content_hash"] != digest else previous["fetched_at"],
+                    "fetched_at": previous["fetched_at"] if outcome == "unchanged" else self.stamp,
                     "deleted": False,
                 }
             )
-        for row in old.values():  # parts that vanished from a multi-document file
-            self._tombstone(row)
+        for doc_id, outcome in outcomes:
+            setattr(self.counts, outcome, getattr(self.counts, outcome) + 1)
+            if outcome != "unchanged":
+                self.touched.append(doc_id)
+        return rows, list(old.values())
 
     def finish(self) -> None:
         for uri, rows in self.previous_rows.items():

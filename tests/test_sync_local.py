@@ -1,10 +1,13 @@
 """Incremental sync over a real folder: exactly the changed inputs are processed, nothing is lost."""
 
+import os
+
 import polars as pl
 import pytest
 
 import corpus.sync as sync_module
 from corpus.chunk_sync import ChunkerSettings, sync_chunks
+from corpus.sources.base import Fetched
 from corpus.sources.local import LocalConnector
 from corpus.sync import sync_sources
 from retrieval.embedding_model import load_token_offsets
@@ -123,3 +126,51 @@ def test_unlistable_source_keeps_documents(tmp_path):
     assert second.counts.deleted == 0 and second.counts.quarantined == 1
     assert second.quarantine["stage"].to_list() == ["list"]
     assert second.documents["text"].to_list() == ["kept"]
+
+
+def write_bytes_named(folder, raw_name: bytes, data: bytes) -> None:
+    """A file whose name is raw bytes, as a Latin-1 tool would leave it (Linux allows any bytes)."""
+    with open(os.path.join(os.fsencode(folder), raw_name), "wb") as handle:
+        handle.write(data)
+
+
+def test_non_utf8_file_name_is_quarantined_and_the_rest_syncs(tmp_path):
+    root = tmp_path / "names"
+    root.mkdir()
+    (root / "good.md").write_text("# Good\n\nA readable page.")
+    write_bytes_named(root, b"bad\xffname.md", b"# Bad name\n\nText behind an undecodable name.")
+    (root / "sub\udcff").mkdir()  # a folder with such a name taints every file under it
+    (root / "sub\udcff" / "inner.md").write_text("# Inner\n\nText.")
+    result = sync_sources([connector(root)], None, "web")
+    assert result.documents["uri"].to_list() == ["good.md"]
+    assert result.counts.added == 1 and result.counts.quarantined == 2
+    assert sorted(result.quarantine["uri"].to_list()) == ["bad\\xffname.md", "sub\\xff/inner.md"]
+    assert all("not valid UTF-8" in reason for reason in result.quarantine["reason"].to_list())
+    # Both tables can be stored, which is where the raw name used to end the sync.
+    result.documents.write_parquet(tmp_path / "documents.parquet")
+    result.quarantine.write_parquet(tmp_path / "quarantine.parquet")
+    rerun = sync_sources([connector(root)], result.documents, "web")
+    assert rerun.counts.unchanged == 1 and rerun.counts.quarantined == 2 and rerun.counts.deleted == 0
+
+
+class _ListedConnector:
+    """A tiny connector over a fixed list of events: any connector may hand over such a uri."""
+
+    source_key = "listed"
+
+    def __init__(self, events):
+        self.events = events
+
+    def scan(self, previous):
+        yield from self.events
+
+
+def test_sync_quarantines_an_unstorable_uri_from_any_connector(tmp_path):
+    events = [
+        Fetched(uri="odd\udc80.md", version="v1", data=b"# Odd\n\nText.", name="odd\udc80.md"),
+        Fetched(uri="fine.md", version="v1", data=b"# Fine\n\nText.", name="fine.md"),
+    ]
+    result = sync_sources([_ListedConnector(events)], None, "web")
+    assert result.documents["uri"].to_list() == ["fine.md"]
+    assert result.quarantine["uri"].to_list() == ["odd\\x80.md"]
+    result.quarantine.write_parquet(tmp_path / "quarantine.parquet")

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evaluation.reward import DEFAULT_EPS, annealed_beta
+from evaluation.reward import DEFAULT_EPS, DEFAULT_REWARD_K, annealed_beta
 from retrieval.backend import SearchBackend
 from retrieval.harness import HarnessConfig
 from retrieval.trajectory import write_jsonl
@@ -59,7 +59,12 @@ RESUMABLE_CHANGES = frozenset({"steps", "epochs", "checkpoint_every", "keep_chec
 
 
 class CispoConfig(BaseModel):
-    """Run settings; stored in every checkpoint's sidecar."""
+    """Run settings; stored in every checkpoint's sidecar.
+
+    `reward_k`: the output size the reward scores, the benchmark's k (`benchmark.k` of the
+    customer file, 5 by default), not the harness's `max_output_docs` (10): RL must optimize the
+    figure the benchmark and the promotion gate report.
+    """
 
     group_size: int = Field(8, ge=2)
     tasks_per_step: int = Field(4, ge=1)  # Context-1: 128 queries x 8 rollouts
@@ -89,7 +94,7 @@ class CispoConfig(BaseModel):
     beta_start: float = 4.0
     beta_end: float = 2.0
     reward_eps: float = DEFAULT_EPS
-    reward_k: int | None = None  # output size scored; None: the harness's max_output_docs
+    reward_k: int = Field(DEFAULT_REWARD_K, ge=1)  # output size the reward scores: the benchmark's k
     granularity: Literal["document", "fact"] = "document"
     harness: dict[str, Any] = Field(default_factory=dict)  # overrides of HarnessConfig.for_training
     max_rollout_retries: int = Field(2, ge=0)
@@ -328,7 +333,7 @@ def _run_step(step: int, config: CispoConfig, model: Any, tokenizer: Any, optimi
 
 def _brief(row: dict[str, Any]) -> dict[str, Any]:
     keys = ("step", "reward_mean", "reward_components", "answer_found", "recall", "clip_ratio", "entropy_proxy", "loss",
-            "tokens", "groups_kept", "groups_dropped", "time")
+            "reward_k", "tokens", "groups_kept", "groups_dropped", "time")
     return {k: row.get(k) for k in keys}
 
 

@@ -326,9 +326,13 @@ def _publish(store: ArtifactStore, manifest: CheckpointManifest) -> CheckpointMa
 # ---- cispo_checkpoint ---------------------------------------------------------------------------
 
 
-def rl_config(settings: TrainingSettings, has_init_adapter: bool) -> CispoConfig:
+def rl_config(settings: TrainingSettings, has_init_adapter: bool, benchmark_k: int | None = None) -> CispoConfig:
     """The trainer's config: the customer's RL settings, the LoRA shape of `training.lora` for a
-    fresh adapter, and CUDA when present unless the file pins a device."""
+    fresh adapter, and CUDA when present unless the file pins a device.
+
+    `benchmark_k`: the customer file's `benchmark.k`; the reward is scored at it (`reward_k`), so
+    RL optimizes the figure the benchmark reports. An explicit `training.rl.reward_k` wins;
+    without either, `CispoConfig`'s default (5, the benchmark's default k)."""
     import torch
 
     rl = settings.rl
@@ -339,6 +343,8 @@ def rl_config(settings: TrainingSettings, has_init_adapter: bool) -> CispoConfig
                       lora_target_modules=list(settings.lora.target_modules))
     if "device" not in rl.model_fields_set and torch.cuda.is_available():
         values["device"] = "cuda"
+    if benchmark_k is not None and "reward_k" not in rl.model_fields_set:
+        values["reward_k"] = benchmark_k
     return CispoConfig.model_validate(values)
 
 

@@ -6,7 +6,8 @@ the same `Harness` evaluation and serving use, in training configuration
 recorded whole (every turn's view, sampled token ids and sampler log-probs), scored by
 `evaluation.metrics.score_trajectory` and rewarded by `evaluation.reward.reward_from_score`
 (the benchmark's scorer *is* the reward: nothing here re-derives a term), with every reward
-component kept for the log.
+component kept for the log. The output is scored at `k`, the benchmark's k (5 by default,
+`CispoConfig.reward_k`), not at the harness's `max_output_docs`.
 
 Crashes: a rollout whose harness raised, or whose policy raised (`Trajectory.error`: a model or
 endpoint failure, not a model *behaviour*), is recorded in `crashes` and retried with a fresh
@@ -28,7 +29,7 @@ from statistics import fmean, pstdev
 from typing import Any
 
 from evaluation.metrics import Granularity, TaskScore, score_trajectory
-from evaluation.reward import DEFAULT_EPS, RewardBreakdown, reward_from_score
+from evaluation.reward import DEFAULT_EPS, DEFAULT_REWARD_K, RewardBreakdown, reward_from_score
 from retrieval.backend import SearchBackend
 from retrieval.harness import Harness, HarnessConfig
 from retrieval.trajectory import Trajectory
@@ -77,6 +78,7 @@ class RolloutBatch:
     rollout_s: float = 0.0
     scoring_s: float = 0.0
     beta: float = 4.0
+    k: int = DEFAULT_REWARD_K  # the output size the rewards were scored at
 
     @property
     def rollouts(self) -> list[Rollout]:
@@ -130,13 +132,13 @@ def collect_rollouts(
     beta: float = 4.0,
     step: int = 0,
     seed: int = 0,
-    k: int | None = None,
+    k: int = DEFAULT_REWARD_K,
     reward_eps: float = DEFAULT_EPS,
     granularity: Granularity = "document",
     max_retries: int = 2,
     workers: int = 8,
 ) -> RolloutBatch:
-    """G rollouts of every task (concurrent episodes), scored, with group advantages."""
+    """G rollouts of every task (concurrent episodes), scored at top-`k`, with group advantages."""
     config = harness_config or HarnessConfig.for_training()
     crashes: list[dict[str, Any]] = []
     jobs = [(task, i) for task in tasks for i in range(group_size)]
@@ -150,18 +152,17 @@ def collect_rollouts(
                 results = [f.result() for f in futures]
     rollout_s = time.perf_counter() - start
     start = time.perf_counter()
-    out_k = k if k is not None else config.max_output_docs
     groups = []
     for position, task in enumerate(tasks):
         rollouts = []
         for i in range(group_size):
             trajectory, attempts, episode_seed = results[position * group_size + i]
-            score = score_trajectory(trajectory, task.gold, k=out_k, granularity=granularity)
+            score = score_trajectory(trajectory, task.gold, k=k, granularity=granularity)
             breakdown = reward_from_score(trajectory, score, beta=beta, eps=reward_eps)
             rollouts.append(Rollout(task, i, episode_seed, trajectory, score, breakdown, attempts))
         groups.append(RolloutGroup(task, rollouts, group_advantages([r.reward.reward for r in rollouts])))
     crashes.sort(key=lambda c: (c["task_id"], c["index"], c["attempt"]))
-    return RolloutBatch(groups, crashes, rollout_s, time.perf_counter() - start, beta)
+    return RolloutBatch(groups, crashes, rollout_s, time.perf_counter() - start, beta, k)
 
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
@@ -186,6 +187,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
                          "excess_prunes", "completed", "floored")
         },
         "beta": batch.beta,
+        "reward_k": batch.k,
         "answer_found": mean([r.score.answer_found for r in rollouts]),
         "recall": mean([r.score.recall for r in rollouts]),
         "precision": mean([r.score.precision for r in rollouts]),

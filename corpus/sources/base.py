@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 import re
 from functools import lru_cache
 from dataclasses import dataclass, field
@@ -64,6 +65,24 @@ class Connector(Protocol):
 
 def content_version(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def printable_name(name: str) -> str:
+    """A name as text that any table can store: undecodable bytes spelled as backslash escapes."""
+    try:
+        raw = os.fsencode(name)  # surrogate-escaped bytes from the OS back to the bytes on disk
+    except UnicodeEncodeError:  # a lone surrogate of another origin (an escaped JSON string, say)
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def is_utf8_name(name: str) -> bool:
+    """False for a name that came from bytes that are not UTF-8 (they arrive as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=256)

@@ -2,6 +2,12 @@
 
 Size and mtime decide whether to read a file at all (cheap stat), and the content hash decides
 whether it really changed, so a `touch` does not count as a change.
+
+A file whose name is not valid UTF-8 (a byte 0xff written by a Latin-1 tool) is quarantined,
+not synced: Python hands such a name over with surrogate escapes, which no parquet table or
+hash can hold, and its printable form (the byte spelled as backslash-x-f-f) is also the name
+of a real, different file, so it cannot serve as the document's stable uri. The quarantine
+entry carries the printable form so the operator can find and rename the file.
 """
 
 from __future__ import annotations
@@ -10,7 +16,18 @@ import os
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from corpus.sources.base import Failed, Fetched, PreviousItem, ScanEvent, SourceError, Unchanged, content_version, glob_match
+from corpus.sources.base import (
+    Failed,
+    Fetched,
+    PreviousItem,
+    ScanEvent,
+    SourceError,
+    Unchanged,
+    content_version,
+    glob_match,
+    is_utf8_name,
+    printable_name,
+)
 
 
 class LocalConnector:
@@ -43,6 +60,9 @@ class LocalConnector:
         if not self.root.is_dir():
             raise SourceError(f"local source {self.root} is not a folder")
         for relative, entry in self._entries():
+            if not is_utf8_name(relative):
+                yield Failed(printable_name(relative), "file name is not valid UTF-8; rename the file to sync it")
+                continue
             uri = relative  # relative, so moving the folder does not make every document new
             try:
                 stat = entry.stat(follow_symlinks=False)

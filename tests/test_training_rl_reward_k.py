@@ -1,0 +1,68 @@
+"""The RL reward is scored at the benchmark's k, not at the harness's `max_output_docs` (issue 12,
+item 6): a rollout is rewarded for what the benchmark and the promotion gate will report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evaluation.customer_report import BenchmarkSettings
+from evaluation.reward import DEFAULT_REWARD_K
+from retrieval.harness import HarnessConfig
+from tests.test_training_cispo_support import MemoryBackend, ScriptedPolicy, answer_model_dir, lighthouse_tasks, model_dir  # noqa: F401 (fixtures)
+from training.cispo_trainer import CispoConfig
+from training.customer_training import TrainingSettings, rl_config, training_settings
+from training.rl_rollouts import collect_rollouts, rollout_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+# Seven documents; the gold one (d1) is ranked sixth: inside the harness's 10, outside top-5.
+DOCS = {f"d{i}": (f"Document {i}", [f"Text of document {i} about the Alpha Lighthouse."]) for i in range(1, 8)}
+SIXTH = "".join(f"<Document id={d}><Justification>j</Justification></Document>" for d in ("d2", "d3", "d4", "d5", "d6", "d1"))
+SECOND = "".join(f"<Document id={d}><Justification>j</Justification></Document>" for d in ("d2", "d1"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+def test_cispo_scores_the_reward_at_the_benchmarks_default_k():
+    assert DEFAULT_REWARD_K == BenchmarkSettings().k == 5
+    assert CispoConfig().reward_k == 5 and HarnessConfig.for_training().max_output_docs == 10
+    with pytest.raises(ValueError):
+        CispoConfig(reward_k=0)
+
+
+def test_a_gold_document_ranked_past_k_earns_no_answer_bonus(tokenizer):
+    """Half the rollouts rank the gold document 2nd, half 6th: at k=5 only the 2nd counts, so the
+    group has a signal; at the harness's 10 both would score the same and the group be dropped."""
+    policy = ScriptedPolicy(tokenizer, lambda seed: [("answer", SECOND if seed % 2 else SIXTH)])
+    task = lighthouse_tasks()[:1]
+    harness = HarnessConfig.for_training(max_turns=2, token_budget=16384)
+    at_5 = collect_rollouts(policy, MemoryBackend(DOCS), task, group_size=8, harness_config=harness, workers=1)
+    assert all(len(r.trajectory.output_doc_ids()) in (2, 6) for r in at_5.rollouts)
+    for rollout in at_5.rollouts:
+        sixth = rollout.trajectory.output_doc_ids()[-1] == "d1" and len(rollout.trajectory.output_doc_ids()) == 6
+        assert rollout.score.answer_found == (0.0 if sixth else 1.0)
+    assert {r.score.answer_found for r in at_5.rollouts} == {0.0, 1.0}  # both orders were sampled
+    assert not at_5.groups[0].dropped and rollout_metrics(at_5)["reward_k"] == 5
+    at_10 = collect_rollouts(policy, MemoryBackend(DOCS), task, group_size=8, harness_config=harness, workers=1, k=10)
+    assert all(r.score.answer_found == 1.0 for r in at_10.rollouts) and rollout_metrics(at_10)["reward_k"] == 10
+
+
+def test_rl_config_takes_the_reward_k_from_the_customer_files_benchmark_k():
+    settings = TrainingSettings()
+    assert rl_config(settings, True).reward_k == 5
+    assert rl_config(settings, True, benchmark_k=3).reward_k == 3
+    explicit = TrainingSettings.model_validate({"rl": {"reward_k": 7}})
+    assert rl_config(explicit, True, benchmark_k=3).reward_k == 7  # an explicit training.rl.reward_k wins
+
+    from corpus.config import load_customer
+
+    demo = load_customer(ROOT / "customers" / "demo.yaml")
+    benchmark = BenchmarkSettings.model_validate(demo.model_extra.get("benchmark", {}))
+    config = rl_config(training_settings(demo), True, benchmark_k=benchmark.k)
+    assert benchmark.k == 5 and config.reward_k == 5
