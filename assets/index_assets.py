@@ -5,6 +5,7 @@ import random
 import dagster as dg
 
 from assets.corpus_assets import chunks
+from assets.retries import TransientRetry, retry_transient
 from corpus.stage import chunks_key
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
@@ -13,6 +14,7 @@ from retrieval.index import dense_recall_vs_brute_force, index_count_matches_chu
 
 RECALL_SAMPLE = 20
 RECALL_FLOOR = 0.9
+INDEX_RETRY = TransientRetry(max_retries=2, delay_s=10)
 
 
 def customer_embedder(customers: CustomersResource, name: str):
@@ -24,15 +26,16 @@ def customer_embedder(customers: CustomersResource, name: str):
     group_name="retrieval",
     kinds={"chroma", "python"},
     deps=[chunks],
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
     description="One Chroma collection per customer (dense) plus a BM25 index in the artifact store; "
-    "only new chunk ids are embedded, removed ones are deleted.",
+    "only new chunk ids are embedded, removed ones are deleted. "
+    "Network failures are retried (twice, 10 s then 20 s); other errors and interrupts are not.",
 )
 def chroma_index(
     context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
 ) -> dg.MaterializeResult:
     name = context.partition_key
-    build = build_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
+    with retry_transient(context, INDEX_RETRY):
+        build = build_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
     stats = build.stats.as_dict()
     context.log.info(f"index {stats['collection']}: embedded {stats['embedded']}, deleted {stats['deleted']}, kept {stats['kept']}")
     return dg.MaterializeResult(metadata={**stats, "chroma_mode": chroma.mode, "embedding_model": build.index.embedder.name})
