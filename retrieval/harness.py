@@ -15,32 +15,54 @@ reserve for the model's next reply.
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from retrieval.answer import parse_final_answer
 from retrieval.backend import SearchBackend
-from retrieval.harness_view import View
+from retrieval.compact_view import parse_reference_answer, pruned_reference_marker
+from retrieval.harness_view import View, pruned_marker
 from retrieval.policy_base import EpisodePolicy, Policy, PolicyStep, TokenCounter, ToolCall
 from retrieval.prompts import (
-    FORCE_FINAL, HARD_CUTOFF_ERROR, MALFORMED_REPLY, PROMPT_VERSION, PRUNE_CHUNKS, SOFT_HINT,
-    USAGE_LINE, system_prompt, tool_schemas,
+    COMPACT_FORCE_FINAL, COMPACT_MALFORMED_REPLY, FORCE_FINAL, HARD_CUTOFF_ERROR, MALFORMED_REPLY, PRUNE_CHUNKS,
+    SOFT_HINT, USAGE_LINE, prompt_version, system_prompt, tool_schemas,
 )
 from retrieval.tools import EpisodeState, Fetched, Outcome, Toolbox, argument_error, content_terms
 from retrieval.trajectory import RankedDocument, Trajectory, Turn
+
+
+LOG = logging.getLogger(__name__)
+
+# Chat-template tokens around the messages that per-message counts do not see (role headers of a
+# long episode, the generation prompt); the window check keeps this much slack.
+TEMPLATE_MARGIN_TOKENS = 256
+
+# The settings a checkpoint is trained under and must run under everywhere (its profile).
+PROFILE_FIELDS = (
+    "view", "token_budget", "soft_threshold", "hard_cutoff", "search_budget_tokens", "search_candidates", "grep_limit",
+    "response_reserve_tokens", "max_turns", "max_output_docs",
+)
 
 
 class PolicyError(RuntimeError):
     """The policy (model, endpoint or script) failed; recorded in the trajectory, not a harness bug."""
 
 
+class ProfileError(ValueError):
+    """A harness profile that cannot run with this policy (it does not fit the model's window)."""
+
+
 class HarnessConfig(BaseModel):
     """Episode settings; a snapshot is stored in every trajectory."""
 
+    view: Literal["full", "compact"] = "full"  # compact: [n] references and short chunks, for small models
     token_budget: int = Field(32_768, gt=0)
     soft_threshold: float = Field(0.5, gt=0.0, lt=1.0)  # fraction of the budget
     soft_hint: bool = False  # on for training rollouts, off for evaluation and serving
@@ -81,6 +103,38 @@ class HarnessConfig(BaseModel):
         """Rollout settings: the soft hint is shown (Context-1 shows it only during training)."""
         return cls(**{"soft_hint": True, **overrides})
 
+    @property
+    def prompt_version(self) -> str:
+        return prompt_version(self.view)
+
+    def profile(self) -> dict[str, Any]:
+        """What a checkpoint records in its sidecar: the settings it learned to work under."""
+        return {**{name: getattr(self, name) for name in PROFILE_FIELDS}, "prompt_version": self.prompt_version}
+
+    @classmethod
+    def from_profile(cls, profile: dict[str, Any] | None, **overrides: Any) -> HarnessConfig:
+        """A config for running a checkpoint: its recorded profile, then explicit overrides."""
+        profile = dict(profile or {})
+        recorded = profile.pop("prompt_version", None)
+        values = {name: profile[name] for name in PROFILE_FIELDS if name in profile}
+        config = cls(**{**values, **overrides})
+        if recorded is not None and recorded != config.prompt_version:
+            LOG.warning("the checkpoint was trained with prompt version %s; this code renders version %s",
+                        recorded, config.prompt_version)
+        return config
+
+    def check_window(self, window: int | None, tool_tokens: int) -> None:
+        """Raise `ProfileError` when budget + template + tool schemas + reply reserve exceed `window`."""
+        if window is None:
+            return
+        need = self.token_budget + TEMPLATE_MARGIN_TOKENS + tool_tokens + self.response_reserve_tokens
+        if need > window:
+            raise ProfileError(
+                f"the harness profile does not fit the model's {window:,}-token context window: token_budget "
+                f"{self.token_budget:,} + chat template {TEMPLATE_MARGIN_TOKENS} + tool schemas {tool_tokens:,} + "
+                f"response_reserve_tokens {self.response_reserve_tokens:,} = {need:,}. Lower token_budget to at most "
+                f"{max(0, window - TEMPLATE_MARGIN_TOKENS - tool_tokens - self.response_reserve_tokens):,}.")
+
 
 @dataclass
 class NxResult:
@@ -109,14 +163,19 @@ class Harness:
         self.config = config or HarnessConfig()
         self.counter: TokenCounter = policy.token_counter()
         self.toolbox = Toolbox(backend, self.counter, self.config)
-        self.tools = tool_schemas()
+        self.tools = tool_schemas(self.config.view)
+        self.tool_tokens = tool_overhead_tokens(policy, self.counter, self.tools)
+        self.config.check_window(context_window(policy), self.tool_tokens)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._system = system_prompt(
             token_budget=self.config.token_budget, hard_cutoff_tokens=self.config.hard_cutoff_tokens,
             search_budget=self.config.search_budget_tokens, grep_limit=self.config.grep_limit,
-            max_docs=self.config.max_output_docs,
+            max_docs=self.config.max_output_docs, view=self.config.view,
         )
+        compact = self.config.view == "compact"
+        self._force_text = COMPACT_FORCE_FINAL if compact else FORCE_FINAL
+        self._malformed_text = COMPACT_MALFORMED_REPLY if compact else MALFORMED_REPLY
 
     # ---- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -143,13 +202,14 @@ class Harness:
         started = time.perf_counter()
         trajectory = Trajectory(
             question=question, policy=self.policy.name, seed=seed, task_id=task_id,
-            config={**cfg.model_dump(), "prompt_version": PROMPT_VERSION, "backend": type(self.backend).__name__},
+            config={**cfg.model_dump(), "prompt_version": cfg.prompt_version, "backend": type(self.backend).__name__},
             tools=self.tools, metadata=dict(metadata or {}),
         )
-        view = View(self.counter)
+        state = EpisodeState(question=question, question_terms=content_terms(question))
+        marker = (lambda chunk_id: pruned_reference_marker(state.references.by_chunk.get(chunk_id, 0))) if cfg.view == "compact" else pruned_marker
+        view = View(self.counter, marker=marker, fixed_tokens=self.tool_tokens)
         view.add_text("system", self._system)
         view.add_text("user", question)
-        state = EpisodeState(question=question, question_terms=content_terms(question))
         final_step: PolicyStep | None = None
         malformed = 0
         try:
@@ -160,6 +220,9 @@ class Harness:
             for index in range(cfg.max_turns):
                 turn, step = self._infer(episode, view, index, self.tools)
                 trajectory.turns.append(turn)
+                if step.window_full:  # without the tool schemas the answer request may still fit
+                    final_step = self._force_final(episode, view, trajectory, "The context window is full.", "window")
+                    break
                 if step.tool_calls:
                     malformed = 0
                     self._act(step, view, state, turn)
@@ -170,7 +233,7 @@ class Harness:
                 if step.error and "<document" not in (step.content or "").lower() and malformed < cfg.max_malformed_replies:
                     malformed += 1
                     view.add_assistant(step.content or step.raw_text or "", [])
-                    self._observe(view, view.add_text("user", MALFORMED_REPLY.format(error=step.error)), turn)
+                    self._observe(view, view.add_text("user", self._malformed_text.format(error=step.error)), turn)
                     continue
                 final_step, trajectory.stop_reason = step, "answer" if not step.error else "malformed"
                 break
@@ -211,8 +274,9 @@ class Harness:
         """Run a turn's tool calls: prunes first, cutoff check, concurrent fetch, ordered results."""
         cfg = self.config
         start = time.perf_counter()
-        calls = _unique_ids(step.tool_calls, turn.index)
-        view.add_assistant(step.content, calls)
+        written = _unique_ids(step.tool_calls, turn.index)
+        view.add_assistant(step.content, written)
+        calls = [state.resolve(call) for call in written] if cfg.view == "compact" else written
         outcomes: dict[int, Outcome] = {}
         pending: list[int] = []
         for position, call in enumerate(calls):
@@ -249,6 +313,8 @@ class Harness:
                 outcome = self.toolbox.materialize(call, fetched.get(position, Fetched()), state, view, remaining)
             used += sum(outcome.part_tokens)
             last_index = view.add_tool_result(call.id, call.name, outcome.parts, outcome.part_tokens)
+            # The record keeps the call as the model wrote it (SFT replays it; references stay references).
+            outcome.record.arguments, outcome.record.raw_arguments = written[position].arguments, written[position].raw_arguments
             turn.tool_calls.append(outcome.record)
         self._observe(view, last_index, turn)
         act_ms = (time.perf_counter() - start) * 1000
@@ -268,10 +334,13 @@ class Harness:
 
     def _force_final(self, episode: EpisodePolicy, view: View, trajectory: Trajectory, reason: str, stop: str) -> PolicyStep:
         """Ask once for the final answer with no tools offered; tool calls in the reply are ignored."""
-        view.add_text("user", FORCE_FINAL.format(reason=reason, max_docs=self.config.max_output_docs))
+        view.add_text("user", self._force_text.format(reason=reason, max_docs=self.config.max_output_docs))
+        view.fixed_tokens, view.total_tokens = 0, view.total_tokens - view.fixed_tokens  # no tools are offered
         turn, step = self._infer(episode, view, len(trajectory.turns), [])
         turn.forced_final = True
         turn.view_token_usage = view.total_tokens
+        if step.window_full:
+            stop = "overflow"
         if step.tool_calls:
             trajectory.parse_errors.append(f"{len(step.tool_calls)} tool calls after the final-answer request were ignored")
         trajectory.turns.append(turn)
@@ -280,10 +349,14 @@ class Harness:
 
     def _parse_answer(self, step: PolicyStep, trajectory: Trajectory, state: EpisodeState) -> None:
         trajectory.final_text = step.content
-        parsed = parse_final_answer(
-            step.content, document_title=self.backend.document_title, chunk_docs=state.seen,
-            max_docs=self.config.max_output_docs,
-        )
+        if self.config.view == "compact":
+            parsed = parse_reference_answer(step.content, state.references, state.seen,
+                                            document_title=self.backend.document_title, max_docs=self.config.max_output_docs)
+        else:
+            parsed = parse_final_answer(
+                step.content, document_title=self.backend.document_title, chunk_docs=state.seen,
+                max_docs=self.config.max_output_docs,
+            )
         trajectory.final_ranking = parsed.documents
         trajectory.parse_errors.extend(parsed.errors)
 
@@ -312,6 +385,23 @@ def merge_rankings(trajectories: list[Trajectory], *, k: int = 60, limit: int = 
                 best[document.doc_id] = (rank, document)
     ranking = [best[doc_id][1] for doc_id, _ in fused[:limit]]
     return ranking, {doc_id: float(score) for doc_id, score in fused}
+
+
+def context_window(policy: Policy) -> int | None:
+    """The policy's context window in tokens, when it has one it can tell without loading weights."""
+    window = getattr(policy, "context_window", None)
+    return window() if callable(window) else None
+
+
+def tool_overhead_tokens(policy: Policy, counter: TokenCounter, tools: list[dict[str, Any]]) -> int:
+    """Tokens the tool schemas add to every prompt: measured with the policy's chat template when it
+    can render one, else the schemas' JSON counted with the policy's tokenizer."""
+    measure = getattr(policy, "tool_overhead_tokens", None)
+    if callable(measure):
+        measured = measure(tools)
+        if measured is not None:
+            return int(measured)
+    return counter.count(json.dumps(tools, ensure_ascii=False))
 
 
 def _unique_ids(calls: list[ToolCall], turn_index: int) -> list[ToolCall]:

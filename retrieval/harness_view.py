@@ -12,6 +12,7 @@ the budget's granularity.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,15 +40,19 @@ def pruned_marker(chunk_id: str) -> str:
 class View:
     """Messages sent to the policy, with per-message token counts and chunk locations."""
 
-    def __init__(self, counter: TokenCounter):
+    def __init__(self, counter: TokenCounter, *, marker: Callable[[str], str] = pruned_marker, fixed_tokens: int = 0):
+        """`fixed_tokens`: what the model is shown besides the messages (the tool schemas the chat
+        template declares), counted in the total so the usage line tells the whole size."""
         self.counter = counter
+        self.marker = marker
+        self.fixed_tokens = fixed_tokens
         self.messages: list[Message] = []
         self._tokens: list[int] = []
         self._parts: dict[int, list[Part]] = {}
         self._part_tokens: dict[int, list[int]] = {}
         self.visible: dict[str, int] = {}  # chunk id -> index of the message that shows it
         self.pruned: dict[str, str] = {}  # chunk id -> doc id, in pruning order
-        self.total_tokens = 0
+        self.total_tokens = fixed_tokens
 
     # ---- building -------------------------------------------------------------------------
     def _append(self, message: Message, tokens: int) -> int:
@@ -113,7 +118,7 @@ class View:
             for position, part in enumerate(parts):
                 if isinstance(part, ChunkPart) and part.chunk_id == chunk_id and not part.pruned:
                     part.pruned = True
-                    marker = pruned_marker(chunk_id)
+                    marker = self.marker(chunk_id)
                     marker_tokens = self.counter.count(marker)
                     delta = marker_tokens - self._part_tokens[index][position]
                     parts[position] = marker
@@ -138,7 +143,7 @@ class View:
 
     def recount(self) -> int:
         """The sum of the per-message counts recomputed from scratch (tests check consistency)."""
-        return sum(self._tokens)
+        return self.fixed_tokens + sum(self._tokens)
 
     def has_parts(self, index: int) -> bool:
         return index in self._parts

@@ -37,6 +37,7 @@ class PolicyStep:
     completion_logprobs: list[float] | None = None
     raw_text: str | None = None
     error: str | None = None  # a malformed reply that could not be parsed, recorded not raised
+    window_full: bool = False  # the prompt left no room to reply in the model's context window
 
 
 class TokenCounter(Protocol):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 PROMPT_VERSION = "1"
+COMPACT_PROMPT_VERSION = "compact-1"
+VIEWS = ("full", "compact")
 
 SEARCH_CORPUS = "search_corpus"
 GREP_CORPUS = "grep_corpus"
@@ -74,7 +76,34 @@ MALFORMED_REPLY = (
 )
 
 
-def system_prompt(*, token_budget: int, hard_cutoff_tokens: int, search_budget: int, grep_limit: int, max_docs: int) -> str:
+# The compact view (small models): the same four tools and rules, said in fewer words; results
+# are `[n] Title: best sentences` and the answer may be references alone, so a 135M model's
+# window holds a whole episode and its answer is a few tokens instead of 500.
+COMPACT_SYSTEM_PROMPT = """You are a search agent. Find the passages of a corpus that answer the \
+user's question; another model writes the answer.
+Tools: search_corpus(query) hybrid search; grep_corpus(pattern) exact regex search; \
+read_document(doc_id) more of the document of a reference; prune_chunks(chunk_ids) drop references.
+Results are shown as [n] Title: text. Search for each entity of the question, then for the \
+entities the results point to. Context: at most {token_budget} tokens; past {hard_cutoff} only \
+prune_chunks is allowed.
+When done, reply without tool calls with the references of the supporting passages, most \
+relevant first, at most {max_docs}, like: [3] [1] [7]
+"""
+
+COMPACT_FORCE_FINAL = "{reason} Answer now with up to {max_docs} references, most relevant first, like: [3] [1] [7]"
+
+COMPACT_MALFORMED_REPLY = "Error: your reply could not be parsed ({error}). Call a tool, or answer with references like [3] [1] [7]."
+
+
+def prompt_version(view: str) -> str:
+    return COMPACT_PROMPT_VERSION if view == "compact" else PROMPT_VERSION
+
+
+def system_prompt(*, token_budget: int, hard_cutoff_tokens: int, search_budget: int, grep_limit: int, max_docs: int,
+                  view: str = "full") -> str:
+    if view == "compact":
+        return COMPACT_SYSTEM_PROMPT.format(
+            token_budget=f"{token_budget:,}", hard_cutoff=f"{hard_cutoff_tokens:,}", max_docs=max_docs)
     return SYSTEM_PROMPT.format(
         token_budget=f"{token_budget:,}",
         hard_cutoff=f"{hard_cutoff_tokens:,}",
@@ -95,8 +124,20 @@ def _function(name: str, description: str, properties: dict[str, Any], required:
     }
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    """OpenAI function-calling schemas for the four tools (also fed to chat templates)."""
+def tool_schemas(view: str = "full") -> list[dict[str, Any]]:
+    """OpenAI function-calling schemas for the four tools (also fed to chat templates).
+
+    The compact view keeps names and argument names (one parser, one trajectory schema) with
+    one-line descriptions; its ids are the episode's references (`3`), not chunk or document ids.
+    """
+    if view == "compact":
+        return [
+            _function(SEARCH_CORPUS, "Search the corpus.", {"query": {"type": "string"}}, ["query"]),
+            _function(GREP_CORPUS, "Regex search.", {"pattern": {"type": "string"}}, ["pattern"]),
+            _function(READ_DOCUMENT, "Read the document of a reference.", {"doc_id": {"type": "string"}}, ["doc_id"]),
+            _function(PRUNE_CHUNKS, "Drop references from the context.",
+                      {"chunk_ids": {"type": "array", "items": {"type": "string"}}}, ["chunk_ids"]),
+        ]
     return [
         _function(
             SEARCH_CORPUS,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrieval.answer import format_id
 from retrieval.backend import Hit, SearchBackend
+from retrieval.compact_view import References, render_compact_chunk
 from retrieval.harness_view import ChunkPart, Part, View
 from retrieval.policy_base import TokenCounter, ToolCall
 from retrieval.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS, TOOL_NAMES
@@ -90,6 +91,23 @@ class EpisodeState:
     question: str
     question_terms: list[str]
     seen: dict[str, str] = field(default_factory=dict)  # chunk id -> doc id, every chunk ever shown
+    references: References = field(default_factory=References)  # the compact view's [n] numbers
+
+    def resolve(self, call: ToolCall) -> ToolCall:
+        """The call with compact-view references replaced by the chunk and document ids they name;
+        values that name nothing are left as written (the tool reports them as unknown)."""
+        if call.name == READ_DOCUMENT and "doc_id" in call.arguments:
+            chunk_id = self.references.chunk(call.arguments["doc_id"])
+            if chunk_id is not None and chunk_id in self.seen:
+                return _with_arguments(call, {**call.arguments, "doc_id": self.seen[chunk_id]})
+        elif call.name == PRUNE_CHUNKS and call.arguments.get("chunk_ids"):
+            ids = [self.references.chunk(value) or value for value in prune_ids(call.arguments)]
+            return _with_arguments(call, {**call.arguments, "chunk_ids": ids})
+        return call
+
+
+def _with_arguments(call: ToolCall, arguments: dict[str, Any]) -> ToolCall:
+    return ToolCall(id=call.id, name=call.name, arguments=arguments, raw_arguments=call.raw_arguments)
 
 
 def argument_error(call: ToolCall, max_pattern_chars: int) -> str | None:
@@ -183,11 +201,17 @@ class Toolbox:
         header_budget = 48
         shown: list[tuple[Hit, str, int]] = []
         used = 0
+        compact = self.config.view == "compact"
+        terms = set(state.question_terms)
         for hit in hits:
             if limit - header_budget - used < 16:
                 break  # nothing more can fit; do not tokenize the rest
-            rendered = render_chunk(hit)
-            tokens = self.chunk_tokens(hit, rendered)
+            if compact:  # the number this chunk gets if shown: references are never skipped
+                rendered = render_compact_chunk(len(state.references.chunks) + len(shown) + 1, hit.title, hit.text, terms)
+                tokens = self.counter.count(rendered)
+            else:
+                rendered = render_chunk(hit)
+                tokens = self.chunk_tokens(hit, rendered)
             if used + tokens > limit - header_budget:
                 continue
             shown.append((hit, rendered, tokens))
@@ -200,6 +224,8 @@ class Toolbox:
             parts.append(ChunkPart(hit.chunk_id, hit.doc_id, rendered, tokens))
             part_tokens.append(tokens)
             state.seen[hit.chunk_id] = hit.doc_id
+            if compact:
+                state.references.assign(hit.chunk_id)
         record = ToolCallRecord(
             id=call.id, name=call.name, arguments=call.arguments, raw_arguments=call.raw_arguments,
             result_chunk_ids=[h.chunk_id for h, _, _ in shown],
@@ -212,6 +238,10 @@ class Toolbox:
         argument = {SEARCH_CORPUS: "query", GREP_CORPUS: "pattern", READ_DOCUMENT: "doc_id"}[call.name]
         value = str(call.arguments[argument]).replace("\n", " ")[:200]
         head = f'{call.name}({argument}="{value}"): '
+        if self.config.view == "compact":  # the reader knows what it asked; ids here would be long hashes
+            if n_shown == 0:
+                return f"{call.name}: no new results.\n" if candidates == 0 or call.name != READ_DOCUMENT else f"{call.name}: nothing new.\n"
+            return f"{call.name}: {n_shown} new.\n"
         if n_shown == 0:
             if candidates == 0:
                 return head + "no new chunks found.\n"

@@ -24,6 +24,7 @@ from retrieval.embedding_model import load_token_offsets
 from retrieval.harness import Harness, HarnessConfig, merge_rankings, run_episode
 from retrieval.harness_view import View
 from retrieval.policy_base import PolicyStep, ToolCall
+from retrieval.prompts import tool_schemas
 from retrieval.trajectory import RankedDocument, Trajectory, read_jsonl, read_parquet, write_jsonl, write_parquet
 
 DEV_FILE = Path("/work/shared/data/multihop_dev.jsonl")
@@ -216,13 +217,15 @@ def test_read_document_reranks_against_the_question_and_skips_chunks_in_view(tin
 
 
 def test_read_document_is_cut_to_the_remaining_budget(tiny_index):
-    config = HarnessConfig(token_budget=700, response_reserve_tokens=100, hard_cutoff=1.0)
+    schemas = load_token_offsets().count(json.dumps(tool_schemas()))  # the view counts them too
+    budget = 700 + schemas
+    config = HarnessConfig(token_budget=budget, response_reserve_tokens=100, hard_cutoff=1.0)
     policy = ScriptedPolicy([[("read_document", {"doc_id": "lighthouse"})]], final="done")
     trajectory = run_episode(tiny_index, policy, "lighthouse", config)
     read = _calls(trajectory)[0]
     assert 0 < len(read.result_chunk_ids) < len(TINY_DOCS["lighthouse"][1])
     assert "did not fit the budget" in _tool_messages(policy.views[1][0])[0]["content"]
-    assert trajectory.turns[0].view_token_usage <= 700 - 100 + 30
+    assert trajectory.turns[0].view_token_usage <= budget - 100 + 30
 
 
 def test_read_document_unknown_id_is_reported(tiny_index):
@@ -327,8 +330,9 @@ def test_view_token_count_matches_a_full_recount(tiny_index):
     counter = load_token_offsets()
     policy = ScriptedPolicy(_prune_first_result)
     trajectory = run_episode(tiny_index, policy, "salmon")
+    schemas = counter.count(json.dumps(trajectory.tools))  # shown to the model by the chat template
     for turn in trajectory.turns:
-        full = sum(counter.count(m.get("content") or "") for m in turn.view_messages)
+        full = schemas + sum(counter.count(m.get("content") or "") for m in turn.view_messages)
         assert abs(turn.prompt_tokens - full) <= 0.1 * full + 8 * len(turn.view_messages)
 
 

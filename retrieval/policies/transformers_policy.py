@@ -232,6 +232,31 @@ class TransformersPolicy:
     def new_episode(self, question: str, seed: int = 0) -> TransformersEpisode:
         return TransformersEpisode(self, seed)
 
+    def _tokenizer(self) -> Any:
+        return self._loaded.tokenizer if self._loaded is not None else load_tokenizer(self.model_path)
+
+    def context_window(self) -> int | None:
+        """The model's window (`max_position_embeddings`), read without loading weights."""
+        if self._loaded is not None:
+            return self._loaded.max_positions
+        config = resolve_model_dir(self.model_path) / "config.json"
+        return json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
+
+    def tool_overhead_tokens(self, tools: list[dict[str, Any]]) -> int | None:
+        """Tokens the chat template adds when it declares `tools` (what the harness's usage line
+        must count on top of the messages): a two-message prompt rendered with and without them."""
+        if not tools:
+            return 0
+        tokenizer = self._tokenizer()
+        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        try:
+            with_tools = tokenizer.apply_chat_template(probe, tools=tools, add_generation_prompt=True, tokenize=False)
+            without = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+        except Exception:  # noqa: BLE001 - a template without tool support: the caller counts the JSON
+            return None
+        count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        return max(0, count(with_tools) - count(without))
+
     def render_prompt(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
         """The exact prompt text the model continues from (the chat template's rendering)."""
         return self.loaded().tokenizer.apply_chat_template(
@@ -251,7 +276,7 @@ class TransformersPolicy:
         if lm.max_positions is not None:
             max_new = min(max_new, lm.max_positions - n_prompt)
             if max_new <= 0:
-                return PolicyStep(content=None, prompt_tokens=n_prompt, error=(
+                return PolicyStep(content=None, prompt_tokens=n_prompt, window_full=True, error=(
                     f"prompt of {n_prompt} tokens leaves no room in the model's {lm.max_positions}-token window"))
         sample = self.temperature > 0
         config = GenerationConfig(

@@ -1,0 +1,138 @@
+"""Harness profiles: the compact view, the window check, the forced final on a full window."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.compact_view import References, best_sentences, parse_reference_answer
+from retrieval.harness import HarnessConfig, ProfileError, run_episode
+from retrieval.policy_base import PolicyStep
+from tests.test_harness import TINY_DOCS, ScriptedPolicy, tiny_index  # noqa: F401 - the fixture
+
+COMPACT = HarnessConfig(view="compact", token_budget=4096, search_budget_tokens=512, response_reserve_tokens=256)
+
+
+def _tool_contents(messages: list[dict]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "tool"]
+
+
+def test_compact_view_shows_references_titles_and_no_ids(tiny_index):
+    policy = ScriptedPolicy([[("search_corpus", {"query": "Mara Quell engineer"})]], final="[1]")
+    trajectory = run_episode(tiny_index, policy, "Who designed the Alpha Lighthouse?", COMPACT)
+    shown = _tool_contents(policy.views[1][0])[0]
+    assert shown.startswith("search_corpus: ")
+    assert "[1] " in shown and "[2] " in shown and "<Chunk" not in shown
+    assert not any(chunk_id in shown for chunk_id in trajectory.chunk_docs)
+    assert "Results are shown as [n] Title: text" in policy.views[0][0][0]["content"]
+
+
+def test_compact_answer_by_references_resolves_to_documents(tiny_index):
+    policy = ScriptedPolicy([[("search_corpus", {"query": "Alpha Lighthouse Mara Quell"})]], final="[2] [1] [2] [99]")
+    trajectory = run_episode(tiny_index, policy, "Who designed the Alpha Lighthouse?", COMPACT)
+    call = trajectory.tool_call_records()[0]
+    first, second = call.result_chunk_ids[:2]
+    expected = list(dict.fromkeys([trajectory.chunk_docs[second], trajectory.chunk_docs[first]]))
+    assert trajectory.output_doc_ids() == expected
+    assert any("[99]" in error for error in trajectory.parse_errors)
+
+
+def test_compact_prune_and_read_take_references_and_record_them_as_written(tiny_index):
+    plan = [
+        [("search_corpus", {"query": "Mara Quell Lisbon"})],
+        [("prune_chunks", {"chunk_ids": ["[1]"]}), ("read_document", {"doc_id": "2"})],
+    ]
+    policy = ScriptedPolicy(plan, final="[2]")
+    trajectory = run_episode(tiny_index, policy, "Where did Mara Quell teach?", COMPACT)
+    search, prune, read = trajectory.tool_call_records()
+    assert prune.pruned_chunk_ids == [search.result_chunk_ids[0]] and prune.arguments == {"chunk_ids": ["[1]"]}
+    assert read.error is None and read.arguments == {"doc_id": "2"}
+    last_view = policy.views[-1][0]
+    assert "[1] (pruned)" in _tool_contents(last_view)[0]
+    read_doc = trajectory.chunk_docs[search.result_chunk_ids[1]]
+    assert all(trajectory.chunk_docs[c] == read_doc for c in read.result_chunk_ids)
+
+
+def test_references_number_every_chunk_once_in_order():
+    refs = References()
+    assert [refs.assign(c) for c in ("a", "b", "a", "c")] == [1, 2, 1, 3]
+    assert refs.chunk("[2]") == "b" and refs.chunk(3) == "c" and refs.chunk("7") is None and refs.chunk("a") == "a"
+
+
+def test_reference_answer_accepts_bare_numbers_and_the_full_form():
+    refs = References()
+    for chunk in ("c1", "c2"):
+        refs.assign(chunk)
+    docs = {"c1": "d1", "c2": "d2"}
+    title = lambda doc: {"d1": "One", "d2": "Two"}.get(doc)  # noqa: E731
+    assert [d.doc_id for d in parse_reference_answer("2, 1", refs, docs, document_title=title, max_docs=5).documents] == ["d2", "d1"]
+    full = parse_reference_answer("<Document id=d1></Document>", refs, docs, document_title=title, max_docs=5)
+    assert [d.doc_id for d in full.documents] == ["d1"]
+    assert parse_reference_answer("no idea", refs, docs, document_title=title, max_docs=5).errors
+
+
+def test_best_sentences_keep_the_first_and_the_question_sentences():
+    text = "Mara Quell was an engineer. She liked tea. The lighthouse at Corven Point is hers. Rain fell."
+    picked = best_sentences(text, {"lighthouse", "corven"}, max_sentences=2)
+    assert picked == "Mara Quell was an engineer. The lighthouse at Corven Point is hers."
+
+
+class _WindowPolicy(ScriptedPolicy):
+    """A scripted policy with a context window and tool-schema overhead it can tell."""
+
+    def __init__(self, *args, window: int, overhead: int = 100, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.window, self.overhead = window, overhead
+
+    def context_window(self):
+        return self.window
+
+    def tool_overhead_tokens(self, tools):
+        return self.overhead if tools else 0
+
+
+def test_a_profile_that_does_not_fit_the_window_is_an_error_naming_the_numbers(tiny_index):
+    policy = _WindowPolicy([], final="[1]", window=8192, overhead=500)
+    with pytest.raises(ProfileError, match=r"8,192-token context window.*token_budget 32,768.*tool schemas 500"):
+        run_episode(tiny_index, policy, "q", HarnessConfig())
+    run_episode(tiny_index, policy, "q", HarnessConfig(token_budget=6000, response_reserve_tokens=512))
+
+
+def test_usage_line_counts_the_tool_schemas(tiny_index):
+    policy = _WindowPolicy([[("search_corpus", {"query": "salmon"})]], final="[1]", window=8192, overhead=300)
+    trajectory = run_episode(tiny_index, policy, "salmon", COMPACT)
+    assert trajectory.turns[0].prompt_tokens > 300
+    bare = run_episode(tiny_index, ScriptedPolicy([[("search_corpus", {"query": "salmon"})]], final="[1]"), "salmon", COMPACT)
+    # The same messages: the difference is the measured overhead against the schemas' JSON count.
+    assert trajectory.turns[0].prompt_tokens - bare.turns[0].prompt_tokens == 300 - _schema_tokens(bare)
+
+
+def _schema_tokens(trajectory) -> int:
+    import json
+
+    from retrieval.embedding_model import load_token_offsets
+
+    return load_token_offsets().count(json.dumps(trajectory.tools))
+
+
+def test_a_full_window_forces_the_final_answer_instead_of_malformed_replies(tiny_index):
+    full = PolicyStep(content=None, window_full=True, error="prompt leaves no room")
+
+    def plan(turn, messages, tools):
+        if turn == 0:
+            return [("search_corpus", {"query": "Mara Quell"})]
+        return full if tools else "[1]"
+
+    policy = ScriptedPolicy(plan)
+    trajectory = run_episode(tiny_index, policy, "Who is Mara Quell?", COMPACT)
+    assert trajectory.stop_reason == "window"
+    assert trajectory.turns[-1].forced_final and policy.views[-1][1] == []
+    assert len(trajectory.output_doc_ids()) == 1
+
+
+def test_profile_round_trip_keeps_the_training_settings_and_takes_overrides():
+    trained = HarnessConfig.for_training(view="compact", token_budget=4096, search_budget_tokens=384, max_output_docs=5)
+    profile = trained.profile()
+    assert profile["prompt_version"] == "compact-1" and "soft_hint" not in profile
+    again = HarnessConfig.from_profile(profile, max_turns=4)
+    assert (again.view, again.token_budget, again.search_budget_tokens, again.max_turns) == ("compact", 4096, 384, 4)
+    assert again.soft_hint is False  # hints are a training-rollout setting, not part of the profile
