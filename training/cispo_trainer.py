@@ -36,7 +36,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from evaluation.reward import DEFAULT_EPS, DEFAULT_REWARD_K, annealed_beta
 from retrieval.backend import SearchBackend
@@ -61,6 +61,8 @@ RESUMABLE_CHANGES = frozenset({"steps", "epochs", "checkpoint_every", "keep_chec
 class CispoConfig(BaseModel):
     """Run settings; stored in every checkpoint's sidecar.
 
+    `lora_dropout` must be 0: the policy that computes the importance ratio has no dropout (see
+    `load_trainable_model`); the field stays so older sidecars and customer files still validate.
     `reward_k`: the output size the reward scores, the benchmark's k (`benchmark.k` of the
     customer file, 5 by default), not the harness's `max_output_docs` (10): RL must optimize the
     figure the benchmark and the promotion gate report.
@@ -84,7 +86,7 @@ class CispoConfig(BaseModel):
     max_new_tokens: int = Field(512, ge=1)
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)  # must be 0 (validator below)
     lora_target_modules: str | list[str] = "all-linear"
     micro_batch_tokens: int = Field(16_384, ge=1)
     merge_turns: bool = True
@@ -106,6 +108,14 @@ class CispoConfig(BaseModel):
     device: str = "cpu"
     dtype: str | None = None  # default float32 on CPU, bfloat16 elsewhere
 
+    @field_validator("lora_dropout")
+    @classmethod
+    def _no_dropout(cls, value: float) -> float:
+        if value != 0:
+            raise ValueError(f"lora_dropout={value}: CISPO trains without dropout (the importance ratio pi/pi_old "
+                             "must be 1 on the sampler's own weights; sampling runs without dropout); use 0")
+        return value
+
 
 @dataclass
 class CispoResult:
@@ -120,29 +130,75 @@ class CispoResult:
 
 
 def load_trainable_model(base_model: str | Path, init_adapter: str | Path | None, config: CispoConfig) -> tuple[Any, Any]:
-    """(peft model with trainable LoRA, tokenizer): the SFT adapter when given, else a fresh LoRA."""
+    """(peft model with trainable LoRA, tokenizer): the SFT adapter when given, else a fresh LoRA.
+
+    No dropout anywhere in the returned model, and why: the CISPO weight is r = pi/pi_old per
+    token, where pi_old is what the sampler recorded (generation runs in eval mode: no dropout)
+    and pi is what the trainer recomputes in `model.train()` (needed for gradient
+    checkpointing). With dropout on, pi is a randomly thinned network's probability, so r != 1
+    on the first substep although the weights are identical: the clip fires on noise and the
+    gradient is noisy. An SFT adapter carries `lora_dropout` 0.05, which a plain
+    `PeftModel.from_pretrained` inherits; on the tiny test model that gave a first-substep r of
+    mean 1.04, min 0.94, max 1.28 (`tests/test_training_cispo_ratio.py`; 1 +- 1e-6 without
+    dropout). So an adapter continued from SFT is loaded with its own config but `lora_dropout`
+    0 (the CISPO adapter we save then says 0 too), a fresh adapter uses 0 (`CispoConfig` refuses
+    anything else), the base model's dropout probabilities are set to 0 in its config before
+    loading (attention dropout is often functional, not a module), and any `nn.Dropout` left is
+    set to p=0 (`disable_dropout`). TRL's GRPO trainer disables dropout for the same reason
+    (`disable_dropout=True`).
+    """
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from retrieval.policies.transformers_policy import resolve_model_dir
 
     path = resolve_model_dir(base_model)
     dtype = config.dtype or ("float32" if config.device == "cpu" else "bfloat16")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+    model_config = zero_dropout_config(AutoConfig.from_pretrained(str(path)))
+    model = AutoModelForCausalLM.from_pretrained(str(path), config=model_config, dtype=getattr(torch, dtype))
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
     torch.manual_seed(config.seed)
     if init_adapter:
-        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+        adapter_config = PeftConfig.from_pretrained(str(init_adapter))
+        if getattr(adapter_config, "lora_dropout", 0.0):
+            LOG.info("continuing adapter %s with lora_dropout 0 (it was saved with %s)", init_adapter,
+                     adapter_config.lora_dropout)
+            adapter_config.lora_dropout = 0.0
+        model = PeftModel.from_pretrained(model, str(init_adapter), config=adapter_config, is_trainable=True)
     else:
-        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                           target_modules=config.lora_target_modules, bias="none", task_type="CAUSAL_LM")
         model = get_peft_model(model, lora)
+    disable_dropout(model)
     model.to(config.device)
     return model, tokenizer
+
+
+def zero_dropout_config(model_config: Any) -> Any:
+    """`model_config` (a transformers config, nested ones included) with every dropout probability
+    (`*dropout*`, `*pdrop*` floats) set to 0; returned for chaining."""
+    for key, value in list(vars(model_config).items()):
+        if hasattr(value, "to_dict") and hasattr(value, "model_type"):
+            zero_dropout_config(value)  # a sub-config (e.g. a multimodal model's text_config)
+        elif isinstance(value, float) and not isinstance(value, bool) and ("dropout" in key or "pdrop" in key):
+            setattr(model_config, key, 0.0)
+    return model_config
+
+
+def disable_dropout(model: Any) -> int:
+    """Set p=0 on every `torch.nn.Dropout*` module of `model`; returns how many had p > 0."""
+    import torch
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            module.p = 0.0
+            changed += 1
+    return changed
 
 
 def _check_resumable(saved: dict[str, Any], config: CispoConfig) -> None:
@@ -288,8 +344,8 @@ def _run_step(step: int, config: CispoConfig, model: Any, tokenizer: Any, optimi
     sequences, counts = sequences_from_groups(tokenizer, batch.kept, merge=config.merge_turns)
     batch_s = time.perf_counter() - start
     start = time.perf_counter()
-    torch.manual_seed(_mix(config.seed, step, 7) & 0x7FFF_FFFF)  # LoRA dropout, if any
-    model.train()
+    torch.manual_seed(_mix(config.seed, step, 7) & 0x7FFF_FFFF)  # any stochastic layer (dropout is off)
+    model.train()  # for gradient checkpointing; no dropout is active (`load_trainable_model`)
     updates: list[dict[str, Any]] = []
     for p in range(config.passes if sequences else 0):
         for k, part in enumerate(split_substeps(sequences, config.substeps, _mix(config.seed, step, p))):
@@ -317,7 +373,13 @@ def _run_step(step: int, config: CispoConfig, model: Any, tokenizer: Any, optimi
         "skipped": not updates,
         "loss": fmean(u["loss"] for u in updates) if updates else None,
         "clip_ratio": weighted("clip_ratio"), "clip_low": weighted("clip_low"), "clip_high": weighted("clip_high"),
-        "ratio_mean": weighted("ratio_mean"), "ratio_max": max((u["ratio_max"] for u in updates), default=None),
+        "ratio_mean": weighted("ratio_mean"), "ratio_min": min((u["ratio_min"] for u in updates), default=None),
+        "ratio_max": max((u["ratio_max"] for u in updates), default=None),
+        # r on the first substep, before any update of this step: the sampler's own weights, so 1
+        # up to float error; anything else means pi and pi_old are different functions (dropout,
+        # a template or temperature mismatch, a stale engine).
+        "first_substep_ratio": ({key: updates[0][f"ratio_{key}"] for key in ("mean", "min", "max")}
+                                | {"n_tokens": updates[0]["n_tokens"]}) if updates else None,
         "entropy_proxy": weighted("entropy_proxy"),
         "grad_norm": fmean(u["grad_norm"] for u in updates) if updates else None,
         "optimizer_steps": len(updates), "optimizer_steps_total": optimizer_steps,
@@ -333,7 +395,7 @@ def _run_step(step: int, config: CispoConfig, model: Any, tokenizer: Any, optimi
 
 def _brief(row: dict[str, Any]) -> dict[str, Any]:
     keys = ("step", "reward_mean", "reward_components", "answer_found", "recall", "clip_ratio", "entropy_proxy", "loss",
-            "reward_k", "tokens", "groups_kept", "groups_dropped", "time")
+            "first_substep_ratio", "reward_k", "tokens", "groups_kept", "groups_dropped", "time")
     return {k: row.get(k) for k in keys}
 
 

@@ -67,11 +67,13 @@ def accumulate_cispo_gradients(
     micro_batch_tokens: int = 16_384,
     n_tokens: int | None = None,
     where: str = "",
+    ratio_mins: list[float] | None = None,
 ) -> tuple[list[CispoStats], int]:
     """Backward the CISPO loss of `sequences` in micro-batches (gradients add up in `.grad`).
 
     `n_tokens` is the normalizer (default: the completion tokens of `sequences`); returns the
-    per-micro-batch stats and the padded token count forwarded.
+    per-micro-batch stats and the padded token count forwarded. `ratio_mins`, when given,
+    receives each micro-batch's smallest importance ratio pi/pi_old (the stats carry mean and max).
     """
     total = n_tokens if n_tokens is not None else sum(s.completion_tokens for s in sequences)
     device = next(model.parameters()).device
@@ -82,6 +84,8 @@ def accumulate_cispo_gradients(
         padded += int(batch["input_ids"].numel())
         logp, old, mask, adv = sequence_logprobs(model, batch, temperature)
         loss, part_stats = cispo_token_loss(logp, old, adv, mask, eps_low, eps_high, n_tokens=total)
+        if ratio_mins is not None and logp.numel():
+            ratio_mins.append(float(torch.exp(logp.detach() - old).min()))
         if not torch.isfinite(loss):
             raise CispoDiverged(f"{where}: the CISPO loss is {loss.item()} (non-finite) on a micro-batch of "
                                 f"{len(part)} sequences; max ratio {part_stats.ratio_max:.3g}. The run stops here; "
@@ -106,13 +110,19 @@ def cispo_optimizer_step(
     abort_grad_norm: float = 1e5,
     where: str = "",
 ) -> dict[str, Any]:
-    """Zero, accumulate, check, clip, step, check: one optimizer step (module docstring)."""
+    """Zero, accumulate, check, clip, step, check: one optimizer step (module docstring).
+
+    The returned stats describe the importance ratio r = pi/pi_old before this update
+    (`ratio_mean`, token-weighted; `ratio_min`, `ratio_max`): on the first substep of a step the
+    weights are the sampler's own, so r is 1 up to float error (tested).
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
+    ratio_mins: list[float] = []
     try:
         parts, padded = accumulate_cispo_gradients(
             model, sequences, pad_id=pad_id, eps_low=eps_low, eps_high=eps_high, temperature=temperature,
-            micro_batch_tokens=micro_batch_tokens, where=where,
+            micro_batch_tokens=micro_batch_tokens, where=where, ratio_mins=ratio_mins,
         )
         merged = merge_stats(parts)
         if abs(merged["loss"]) > abort_loss:
@@ -129,5 +139,5 @@ def cispo_optimizer_step(
     if bad:
         raise CispoDiverged(f"{where}: non-finite weights after the update in {len(bad)} tensors (e.g. {bad[0]}); "
                             "the run stops here, the last checkpoint is the last good state.")
-    return {**merged, "grad_norm": grad_norm, "micro_batches": len(parts), "padded_tokens": padded,
+    return {**merged, "ratio_min": min(ratio_mins, default=1.0), "grad_norm": grad_norm, "micro_batches": len(parts), "padded_tokens": padded,
             "sequences": len(sequences)}
