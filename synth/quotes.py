@@ -8,18 +8,34 @@ a quote matched, not just whether it did:
 
 1. `substring`   case-insensitive substring;
 2. `whitespace`  the same with every whitespace run collapsed to one space;
-3. `links`       the same after stripping links (markdown `[text](url)`, `<a>` tags, bare URLs);
+3. `links`       the same against the page with its links stripped (markdown `[text](url)`,
+                 `<a>` tags, bare URLs): the model quoted a link's text as plain prose;
 4. `normalized`  full normalization: NFKC, unicode quotes/dashes/ellipsis folded, punctuation
                  turned into spaces;
-5. `ordered`     an ordered regex over the first five words longer than three characters of the
-                 normalized quote, when it has at least three such words.
+5. `ordered`     the first five words longer than three characters of the normalized quote, in
+                 order, with bounded gaps, when it has at least three such words.
 
-One deliberate tightening of the last rung: Context-1 joins the words with an unbounded `.*?`,
-so over a long page a fabricated sentence made of common words ("team", "played", "first",
-"match") matches with its words scattered across the page. We bound each gap to
-`max(80, 2 * len(quote))` normalized characters: an elided clause up to twice the quote's
-length is still forgiven (on the demo corpus this accepts as many elided quotes as the
-unbounded rule), a page-wide scatter is not.
+Deliberate differences from Context-1's `text_contains_quote`, each closing a hole or fixing a
+case it gets wrong:
+
+- **An empty quote never matches.** A quote that normalizes to nothing (only punctuation, only
+  whitespace) is no evidence of anything, and an empty string is a substring of every page.
+- **Links are stripped from the page only, never from the quote.** Context-1 strips both
+  sides, so a quote made only of URLs becomes the empty string and "matches" every page (a task
+  whose quotes are fabricated URLs passed verification), and "Acme (https://evil.example)"
+  matches a page that links Acme somewhere else, because the quote's URL is never checked. A
+  URL the model quotes must be in the page as written (the substring rungs find it there).
+- **Punctuation becomes a space, not nothing.** Deleting it glues the words it separated
+  ("1872–1873" becomes "18721873", "and/or" becomes "andor"), so the ordered rung would look for
+  words the page does not have, and `contains_answer`'s word boundaries would fall in the wrong
+  places. A dropped comma is still forgiven, because whitespace runs collapse; the price is
+  that "dont" no longer matches "don't".
+- **The ordered rung's gaps are bounded.** Context-1 joins the words with an unbounded `.*?`,
+  so over a long page a fabricated sentence made of common words ("team", "played", "first",
+  "match") matches with its words scattered across the page. We bound each gap to
+  `max(80, 2 * len(quote))` normalized characters: an elided clause up to twice the quote's
+  length is still forgiven (on the demo corpus this accepts as many elided quotes as the
+  unbounded rule), a page-wide scatter is not.
 """
 
 from __future__ import annotations
@@ -99,7 +115,8 @@ class QuoteMatcher:
     def match(self, quote: str) -> str | None:
         """The name of the first rung that finds `quote`, or None (empty quotes never match)."""
         quote = (quote or "").strip()
-        if not quote or not self.text:
+        normalized = normalize_text(quote)
+        if not normalized or not self.text:
             return None
         lowered = quote.lower()
         if lowered in self._lower:
@@ -107,10 +124,9 @@ class QuoteMatcher:
         collapsed = collapse_whitespace(lowered)
         if collapsed in self._collapsed:
             return "whitespace"
-        if collapse_whitespace(strip_links(quote).lower()) in self._no_links:
+        if collapsed in self._no_links:
             return "links"
-        normalized = normalize_text(strip_links(quote))
-        if normalized and normalized in self._normalized:
+        if normalized in self._normalized:
             return "normalized"
         words = ordered_words(normalized)
         if len(words) >= MIN_ORDERED_WORDS:

@@ -52,6 +52,22 @@ def test_ordered_rung_does_not_span_the_whole_page():
     assert match_quote("The team had played their first ever match here.", "team played first match") == "ordered"
 
 
+@pytest.mark.parametrize("quote", ["https://evil.example/proof", "[](https://evil.example)", "<https://a.b/c> ...", " -- ", "\u2026", "()"])
+def test_a_quote_that_normalizes_to_nothing_or_only_links_to_nowhere_never_matches(quote):
+    """Stripping links from the quote used to leave '', which is a substring of every page."""
+    assert match_quote(PAGE, quote) is None
+    assert match_quote("A page with -- dashes, (brackets) and an ellipsis\u2026 in it.", quote) is None
+
+
+def test_a_url_in_the_quote_must_be_the_page_s_url():
+    page = "Founded by [Acme](https://acme.example/about) in 1990."
+    assert match_quote(page, "Acme (https://evil.example)") is None
+    assert match_quote(page, "Founded by Acme (https://evil.example/about) in 1990") is None
+    assert match_quote(page, "Founded by Acme in 1990") == "links"  # the link's text read as prose still matches
+    assert match_quote(page, "[Acme](https://acme.example/about)") == "substring"
+    assert match_quote("Docs live at https://acme.example/docs today.", "docs live at https://acme.example/docs") == "substring"
+
+
 def test_strip_links_keeps_link_text():
     assert strip_links("see [the docs](http://x.y/z) or <a href='q'>here</a> at https://a.b/c") == "see the docs or here at  "
 
@@ -90,3 +106,4 @@ def test_normalization_is_idempotent_and_case_free(text):
     once = normalize_text(text)
     assert normalize_text(once) == once
     assert normalize_text(text.upper()) == normalize_text(text.lower())
+

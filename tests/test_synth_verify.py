@@ -161,3 +161,25 @@ def test_corrupting_a_word_of_the_answer_quote_fails(word_index, junk):
     long_positions = [i for i, w in enumerate(words) if len(w) > 3]
     words[long_positions[word_index % len(long_positions)]] = junk
     assert check_task(with_item(task, 1, truth_quotes=[" ".join(words)]), DOCS).reason == "truth_quotes_unmatched"
+
+
+def fabricated_url_task() -> SynthTask:
+    """Real clue quotes, but every document and answer quote is a made-up URL, and the answer
+    ("Zanzibar") is in no document: what a generator that invents citations produces."""
+    task = good_task()
+    task = with_item(task, 0, item_quotes=["https://alder-bridge.example/history", "https://alder-bridge.example/arch"])
+    task = with_item(task, 1, item_quotes=["[source](https://quill.example/bio)"], truth_quotes=["https://quill.example/born-in-zanzibar"])
+    return task.model_copy(update={"truth": "Zanzibar"})
+
+
+def test_fabricated_url_quotes_fail_verification_under_the_llm_rules():
+    from synth.generate import LLM_RULES
+
+    check = check_task(fabricated_url_task(), DOCS, LLM_RULES)
+    assert not check.passed and check.reason == "item_quotes_unmatched"
+    assert check.items[0].item_matched == 0
+
+
+def test_fabricated_url_quotes_are_not_kept_as_evidence():
+    kept = keep_matched_quotes(fabricated_url_task(), DOCS)
+    assert [item.item_quotes for item in kept.supporting_items] == [[], []]
