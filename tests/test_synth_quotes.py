@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.quotes import contains_answer, match_quote, normalize_text, strip_links, text_contains_quote
+from synth.quotes import contains_answer, match_quote, normalize_text, strip_links, text_contains_quote, words_in_order
 
 PAGE = (
     "The 1872 FA Cup Final was a football match between Wanderers and Royal Engineers on 16 March 1872\n"
@@ -107,3 +109,26 @@ def test_normalization_is_idempotent_and_case_free(text):
     assert normalize_text(once) == once
     assert normalize_text(text.upper()) == normalize_text(text.lower())
 
+
+def test_ordered_rung_on_an_adversarial_page_answers_right():
+    """Five words where the first four are everywhere and the last nowhere: the bounded regex
+    backtracked through every gap of every word (8.6 s on 10,000 characters of "that")."""
+    page = "that " * 2_000
+    assert match_quote(page, "that that that that zzzz") is None
+    assert match_quote(page + "x zzzz", "that that that that zzzz") == "ordered"
+    assert match_quote(page + "x" * 200 + " zzzz", "that that that that zzzz") is None  # beyond the gap
+
+
+def reference_words_in_order(text: str, words: list[str], gap: int) -> bool:
+    """The rule as the bounded regex states it (fine on the short texts hypothesis makes)."""
+    return re.search((r".{0,%d}?" % gap).join(re.escape(word) for word in words), text) is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="ab ", max_size=60),
+    words=st.lists(st.text(alphabet="ab", min_size=1, max_size=3), min_size=1, max_size=5),
+    gap=st.integers(0, 6),
+)
+def test_linear_ordered_scan_agrees_with_the_bounded_regex(text, words, gap):
+    assert words_in_order(text, words, gap) == reference_words_in_order(text, words, gap)
