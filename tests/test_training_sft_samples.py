@@ -16,7 +16,7 @@ from retrieval.policies.transformers_policy import TokenizerCounter, template_me
 from retrieval.policy_base import PolicyStep, ToolCall
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
 from training.sft_samples import (
-    IGNORE_INDEX, TemplatePrefixError, assistant_message, build_samples, tokenize_turn, turn_chat,
+    IGNORE_INDEX, MissingTurnKind, TemplatePrefixError, assistant_message, build_samples, tokenize_turn, turn_chat,
 )
 
 QUESTION = "Which engineer designed the Alpha Lighthouse, and where did she teach?"
@@ -77,12 +77,28 @@ def _prompt_text(tokenizer, trajectory, turn):
     return tokenizer.apply_chat_template(template_messages(prompt), tools=tools, add_generation_prompt=True, tokenize=False)
 
 
-def test_each_assistant_turn_is_one_sample_whose_prompt_is_that_turns_view(tokenizer, trajectory):
+def _spans(sample) -> list[list[int]]:
+    """The contiguous runs of labelled positions (one per assistant turn in the sequence)."""
+    spans: list[list[int]] = []
+    for i, label in enumerate(sample.labels):
+        if label == IGNORE_INDEX:
+            continue
+        if spans and spans[-1][-1] == i - 1:
+            spans[-1].append(i)
+        else:
+            spans.append([i])
+    return spans
+
+
+def test_turns_merge_into_one_sequence_until_a_prune_rewrites_the_context(tokenizer, trajectory):
     samples = build_samples([trajectory], tokenizer, max_length=100_000).samples
-    assert [s.turn_index for s in samples] == [0, 1, 2]
-    for sample, turn in zip(samples, trajectory.turns):
-        n_prompt = next(i for i, label in enumerate(sample.labels) if label != IGNORE_INDEX)
+    assert [s.turn_indices for s in samples] == [(0, 1), (2,)]
+    for sample, turn in zip(samples, [trajectory.turns[0], trajectory.turns[2]]):
+        n_prompt = _spans(sample)[0][0]
         assert tokenizer.decode(sample.input_ids[:n_prompt]) == _prompt_text(tokenizer, trajectory, turn)
+    merged = samples[0]
+    last_ids, _ = tokenize_turn(tokenizer, *turn_chat(trajectory, trajectory.turns[1]))
+    assert merged.input_ids == last_ids, "the merged sequence is the last turn's own tokens"
 
 
 def test_the_pruned_chunk_is_gone_from_later_prompts_only(tokenizer, trajectory):
@@ -101,9 +117,9 @@ def test_labels_cover_exactly_the_assistant_reply(tokenizer, trajectory):
         '<tool_call>\n{"name": "read_document", "arguments": {"doc_id": "quell"}}\n</tool_call><|im_end|>',
         trajectory.final_text + "<|im_end|>",
     ]
-    for sample, text in zip(samples, expected):
-        positions = [i for i, label in enumerate(sample.labels) if label != IGNORE_INDEX]
-        assert positions == list(range(positions[0], positions[-1] + 1)), "one contiguous span"
+    spans = [(sample, span) for sample in samples for span in _spans(sample)]
+    assert len(spans) == len(expected), "one labelled span per assistant turn"
+    for (sample, positions), text in zip(spans, expected):
         assert [sample.labels[i] for i in positions] == [sample.input_ids[i] for i in positions]
         assert tokenizer.decode([sample.input_ids[i] for i in positions]) == text
         assert positions[-1] < len(sample.input_ids) - 1, "the template's trailing newline is not trained on"
@@ -130,29 +146,31 @@ def test_rebuilt_reply_is_the_message_the_next_view_shows(trajectory):
 
 def test_parallel_calls_stay_one_assistant_turn(tokenizer, trajectory):
     first = build_samples([trajectory], tokenizer, max_length=100_000).samples[0]
-    text = tokenizer.decode([t for t, label in zip(first.input_ids, first.labels) if label != IGNORE_INDEX])
+    text = tokenizer.decode([first.input_ids[i] for i in _spans(first)[0]])
     assert text.count("<tool_call>") == 2 and text.count("<|im_end|>") == 1
 
 
-def test_overlong_samples_are_reported_not_truncated(tokenizer, trajectory):
-    full = build_samples([trajectory], tokenizer, max_length=100_000)
-    lengths = [len(s.input_ids) for s in full.samples]
-    cut = sorted(lengths)[1]  # keeps the shortest sample only
-    result = build_samples([trajectory], tokenizer, max_length=cut - 1 if lengths.count(cut) > 1 else cut)
-    assert len(result.samples) + len(result.overlong) == 3
-    assert all(len(s.input_ids) <= result.max_length for s in result.samples)
-    assert [len(s.input_ids) for s in result.samples] == [n for n in lengths if n <= result.max_length]
-    assert {o.n_tokens for o in result.overlong} == {n for n in lengths if n > result.max_length}
+def test_a_turn_kind_that_loses_every_turn_is_an_error_naming_it_and_the_length_that_fits(tokenizer, trajectory):
+    lengths = [len(tokenize_turn(tokenizer, *turn_chat(trajectory, turn))[0]) for turn in trajectory.turns]
+    with pytest.raises(MissingTurnKind, match=rf"final \(the shortest is {lengths[2]:,} tokens\)") as raised:
+        build_samples([trajectory], tokenizer, max_length=lengths[0])
+    assert "prune" in str(raised.value) and "read" in str(raised.value)
+
+
+def test_turn_kinds_are_counted_and_sequences_stay_within_max_length(tokenizer, trajectory):
+    result = build_samples([trajectory, trajectory], tokenizer, max_length=100_000)
+    assert result.kinds == {k: {"kept": n, "dropped": 0} for k, n in
+                            {"search": 2, "prune": 2, "read": 2, "final": 2}.items()}
     meta = result.metadata()
-    assert meta["overlong"] == len(result.overlong) and len(meta["overlong_samples"]) == len(result.overlong)
+    assert meta["turns"] == 6 and meta["samples"] == 4 and meta["overlong"] == 0
 
 
 def test_dataset_is_input_ids_and_labels(tokenizer, trajectory):
     samples = build_samples([trajectory], tokenizer, max_length=100_000)
     dataset = samples.to_dataset()
-    assert dataset.column_names == ["input_ids", "labels"] and len(dataset) == 3
-    assert dataset[2]["labels"] == samples.samples[2].labels
-    assert len(samples.select(2, seed=1).samples) == 2
+    assert dataset.column_names == ["input_ids", "labels"] and len(dataset) == 2
+    assert dataset[1]["labels"] == samples.samples[1].labels
+    assert len(samples.select(1, seed=1).samples) == 1
 
 
 def test_a_template_that_rewrites_the_prompt_is_refused(tokenizer, trajectory):

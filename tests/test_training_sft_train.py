@@ -53,7 +53,7 @@ def samples(model_dir) -> tuple[SampleSet, list]:
     config = HarnessConfig(token_budget=2048, response_reserve_tokens=256, search_budget_tokens=256)
     trajectory = run_episode(TinyBackend(), TwoTurns(TokenizerCounter(tokenizer)), "Who designed the Alpha Lighthouse?", config, task_id="t")
     built = build_samples([trajectory], tokenizer, SFT.max_length)
-    assert len(built.samples) == 2
+    assert [s.turn_indices for s in built.samples] == [(0, 1)], "the two turns train as one sequence"
     return built, [trajectory]
 
 
@@ -103,11 +103,13 @@ def test_adapter_is_in_peft_layout_with_a_sidecar(trained):
     sidecar = read_sidecar(trained.adapter_path)
     assert sidecar["base_model"] == trained.base_model == config["base_model_name_or_path"]
     assert sidecar["lineage"]["trajectories"] == 1 and len(sidecar["lineage"]["task_fingerprint"]) == 16
-    assert sidecar["lineage"]["filter"] == {"whole": 1} and sidecar["data"]["samples"] == 2
+    assert sidecar["lineage"]["filter"] == {"whole": 1} and sidecar["data"]["samples"] == 1
     assert sidecar["config"]["sft"]["max_steps"] == SFT.max_steps and sidecar["config"]["lora"]["rank"] == 8
     assert sidecar["metrics"]["steps"] == trained.steps and sidecar["metrics"]["tokens_per_s"] > 0
     assert [tuple(p) for p in sidecar["loss_curve"]] == trained.loss_curve
     assert trained.sidecar_path.endswith(SIDECAR)
+    profile = sidecar["harness_profile"]  # recorded from the trajectories: the checkpoint's own harness
+    assert (profile["token_budget"], profile["search_budget_tokens"], profile["view"]) == (2048, 256, "full")
 
 
 def test_adapter_reloads_and_generates(trained, model_dir):

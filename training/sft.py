@@ -134,12 +134,15 @@ def train_sft(
     lineage: dict[str, Any] | None = None,
     device: str | None = None,
     base_model_name: str | None = None,
+    harness_profile: dict[str, Any] | None = None,
 ) -> SFTResult:
     """Train a LoRA adapter on `samples` and save it (plus sidecar) to `output_dir`.
 
     `samples` must come from the same tokenizer as `base_model` (see `prepare_samples`).
     `base_model_name` is what the sidecar and the result report (the customer's spelling, e.g.
     `smollm2`); adapter_config.json keeps the loadable folder as `base_model_name_or_path`.
+    `harness_profile` (`HarnessConfig.profile()` of the trajectories' view) is recorded so the
+    adapter runs under the settings it learned everywhere (benchmark, RL, serving).
     """
     import torch
     from peft import LoraConfig
@@ -227,6 +230,7 @@ def train_sft(
         "lineage": lineage or {},
         "data": samples.metadata(),
         "config": {"lora": lora.model_dump(), "sft": sft.model_dump()},
+        "harness_profile": harness_profile or {},
         "metrics": metrics,
         "loss_curve": curve.points,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -245,6 +249,7 @@ def run_sft(
     sft: SFTSettings | None = None,
     lineage: dict[str, Any] | None = None,
     device: str | None = None,
+    harness_profile: dict[str, Any] | None = None,
 ) -> SFTResult:
     """Kept trajectories -> per-turn samples in the base model's format -> adapter (what the asset calls).
 
@@ -253,8 +258,20 @@ def run_sft(
     """
     sft = sft or SFTSettings()
     samples = prepare_samples(trajectories, base_model, sft)
+    if harness_profile is None:  # the trajectories were recorded under one profile: the first says which
+        harness_profile = _recorded_profile(trajectories)
     return train_sft(samples, base_model, output_dir, lora=lora, sft=sft, device=device,
-                     lineage=data_lineage(trajectories, **(lineage or {})), base_model_name=str(base_model))
+                     lineage=data_lineage(trajectories, **(lineage or {})), base_model_name=str(base_model),
+                     harness_profile=harness_profile)
+
+
+def _recorded_profile(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    from retrieval.harness import HarnessConfig
+
+    if not trajectories:
+        return {}
+    recorded = {k: v for k, v in trajectories[0].config.items() if k in HarnessConfig.model_fields}
+    return HarnessConfig(**recorded).profile()
 
 
 def _renamed_args(config_class: Any, checkpointing: bool, warmup_ratio: float) -> dict[str, Any]:

@@ -1,7 +1,11 @@
-"""Training samples: one chat sample per assistant turn, prompt = exactly the view the model saw.
+"""Training samples: whole episodes where the context only grew, one sample per turn where it did not.
 
-Why per turn and not per trajectory: pruning rewrites earlier tool messages, so the context is
-not append-only and no single conversation contains every turn's prompt. Each turn's recorded
+Why not simply one sample per trajectory: pruning rewrites earlier tool messages, so the context
+is not append-only and no single conversation contains every turn's prompt. Why not one sample
+per turn either: an episode of six turns would cost six ever-longer prompts. So each turn is
+tokenized against its own recorded view, and consecutive turns whose token sequences extend one
+another (no pruning in between, the same tools offered) are merged into one sequence with loss
+on every assistant turn in it: a trajectory costs about one sequence. Each turn's recorded
 `view_messages` are rendered with the base model's chat template (tools declared, earlier
 assistant tool calls, tool results), the same call the `transformers` policy makes
 (`apply_chat_template(template_messages(view), tools=..., add_generation_prompt=True)`), so the
@@ -19,7 +23,11 @@ breaks the prefix property (some rewrite earlier turns once an assistant reply f
 `TemplatePrefixError` rather than training on misaligned labels.
 
 Samples longer than `max_length` are reported (counted and listed) and left out, never
-truncated: a truncated sample would teach answers that lost their end, or lose the answer.
+truncated: a truncated sample would teach answers that lost their end, or lose the answer. A merged
+sequence that would pass `max_length` is closed and the next turn starts a new one. Turns are
+counted by kind (search, grep, read, prune, final): when every turn of a kind present in the data
+is too long, `build_samples` raises, naming the kind and the length that would fit, instead of
+silently training a student that never sees, say, a final answer.
 """
 
 from __future__ import annotations
@@ -43,13 +51,29 @@ class TemplatePrefixError(ValueError):
     """The chat template renders the prompt differently once the assistant reply follows it."""
 
 
+TURN_KINDS = ("search", "grep", "read", "prune", "final")
+_KIND_OF_TOOL = {"search_corpus": "search", "grep_corpus": "grep", "read_document": "read", "prune_chunks": "prune"}
+
+
+class MissingTurnKind(ValueError):
+    """Every turn of one kind (e.g. every final answer) is longer than `max_length`."""
+
+
+def turn_kinds(turn: Turn) -> set[str]:
+    """What a turn teaches: the kinds of its tool calls, or `final` for an answer."""
+    if not turn.tool_calls:
+        return {"final"}
+    return {_KIND_OF_TOOL.get(call.name, "other") for call in turn.tool_calls}
+
+
 @dataclass(frozen=True)
 class SFTSample:
     trajectory_id: str
     task_id: str | None
-    turn_index: int
+    turn_index: int  # the first turn of the sequence
     input_ids: list[int]
     labels: list[int]
+    turn_indices: tuple[int, ...] = ()
 
     @property
     def n_loss_tokens(self) -> int:
@@ -71,13 +95,14 @@ class SampleSet:
     overlong: list[OverlongSample] = field(default_factory=list)
     max_length: int = 0
     trajectories: int = 0
+    kinds: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> {"kept": turns, "dropped": turns}
 
     def select(self, max_samples: int | None, seed: int = 0) -> SampleSet:
         """A seeded subset (order kept) of at most `max_samples` samples, for short runs."""
         if max_samples is None or len(self.samples) <= max_samples:
             return self
         chosen = sorted(random.Random(seed).sample(range(len(self.samples)), max_samples))
-        return SampleSet([self.samples[i] for i in chosen], self.overlong, self.max_length, self.trajectories)
+        return SampleSet([self.samples[i] for i in chosen], self.overlong, self.max_length, self.trajectories, self.kinds)
 
     def metadata(self) -> dict[str, Any]:
         lengths = [len(s.input_ids) for s in self.samples]
@@ -89,6 +114,8 @@ class SampleSet:
             "max_tokens": max(lengths, default=0),
             "mean_tokens": round(sum(lengths) / len(lengths), 1) if lengths else 0.0,
             "max_length": self.max_length,
+            "turns": sum(len(s.turn_indices) or 1 for s in self.samples),
+            "turns_by_kind": self.kinds,
             "overlong": len(self.overlong),
             "overlong_samples": [f"{o.trajectory_id}#{o.turn_index}: {o.n_tokens}" for o in self.overlong[:50]],
         }
@@ -170,16 +197,51 @@ def tokenize_turn(
 
 
 def build_samples(trajectories: Sequence[Trajectory], tokenizer: Any, max_length: int) -> SampleSet:
-    """Every assistant turn of every trajectory as one sample; overlong ones reported, not kept."""
+    """Every assistant turn of every trajectory, merged into episode sequences where the context
+    only grew; overlong turns reported, not kept; a turn kind that loses every turn is an error."""
     end_ids = end_token_ids(tokenizer)
     samples: list[SFTSample] = []
     overlong: list[OverlongSample] = []
+    kinds: dict[str, dict[str, int]] = {}
+    shortest_dropped: dict[str, int] = {}
     for trajectory in trajectories:
+        open_ids: list[int] = []
+        open_labels: list[int] = []
+        open_turns: list[int] = []
+
+        def close() -> None:
+            if open_turns:
+                samples.append(SFTSample(trajectory.id, trajectory.task_id, open_turns[0], list(open_ids),
+                                         list(open_labels), tuple(open_turns)))
+
         for turn in trajectory.turns:
             prompt, reply, tools = turn_chat(trajectory, turn)
             input_ids, labels = tokenize_turn(tokenizer, prompt, reply, tools, end_ids)
+            for kind in turn_kinds(turn):
+                kinds.setdefault(kind, {"kept": 0, "dropped": 0})
             if len(input_ids) > max_length:
                 overlong.append(OverlongSample(trajectory.id, turn.index, len(input_ids)))
+                for kind in turn_kinds(turn):
+                    kinds[kind]["dropped"] += 1
+                    shortest_dropped[kind] = min(shortest_dropped.get(kind, len(input_ids)), len(input_ids))
+                close()
+                open_ids, open_labels, open_turns = [], [], []
                 continue
-            samples.append(SFTSample(trajectory.id, trajectory.task_id, turn.index, input_ids, labels))
-    return SampleSet(samples, overlong, max_length, len(trajectories))
+            for kind in turn_kinds(turn):
+                kinds[kind]["kept"] += 1
+            if open_turns and input_ids[: len(open_ids)] == open_ids:
+                # The earlier turns' replies are prompt tokens here: give them their labels back.
+                labels = [old if old != IGNORE_INDEX else new for old, new in zip(open_labels, labels)] + labels[len(open_labels):]
+                open_ids, open_labels, open_turns = input_ids, labels, [*open_turns, turn.index]
+                continue
+            close()
+            open_ids, open_labels, open_turns = input_ids, labels, [turn.index]
+        close()
+    lost = [kind for kind, counts in kinds.items() if counts["kept"] == 0 and counts["dropped"]]
+    if lost:
+        detail = ", ".join(f"{kind} (the shortest is {shortest_dropped[kind]:,} tokens)" for kind in sorted(lost))
+        raise MissingTurnKind(
+            f"sft.max_length {max_length:,} drops every turn of kind {detail}: the student would never be taught "
+            f"them. Raise sft.max_length to at least {max(shortest_dropped[k] for k in lost):,} or use a shorter "
+            "harness profile (the compact view, a smaller token budget).")
+    return SampleSet(samples, overlong, max_length, len(trajectories), kinds)
