@@ -7,12 +7,13 @@ editing YAML, not Python.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Domain = Literal["web", "finance", "legal", "email", "code"]
 NAME_PATTERN = re.compile(r"^[a-z0-9-]+$")
@@ -108,8 +109,29 @@ class CorpusLimits(_Strict):
     resync_retrain_share: float = Field(default=0.2, ge=0, le=1)
 
 
+# Top-level sections that later stages read from `CustomerConfig.model_extra` and validate
+# with their own models when they run (corpus/ may not import them): the stage that reads each.
+STAGE_SECTIONS = {
+    "benchmark": "the benchmark_report asset (evaluation settings)",
+    "training": "training/customer_training.py (SFT and RL settings)",
+    "serving": "serving/deployment.py (promotion gate, vLLM server)",
+    "demo_question": "searchsmith demo (the question asked through the service)",
+}
+
+
+def _unknown_key_message(unknown: list[str], known: list[str]) -> str:
+    """`limitz` -> "unknown top-level key 'limitz' (did you mean 'limits'?)", one clause per key."""
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    noun = "key" if len(unknown) == 1 else "keys"
+    return f"unknown top-level {noun} {', '.join(parts)}; known keys: {', '.join(sorted(known))}"
+
+
 class CustomerConfig(_Strict):
-    model_config = ConfigDict(extra="allow")  # later stages add their own sections
+    # Later stages keep their own sections (STAGE_SECTIONS) in model_extra; any other key is a typo.
+    model_config = ConfigDict(extra="allow")
 
     name: str
     domain: Domain = "web"
@@ -137,6 +159,16 @@ class CustomerConfig(_Strict):
             raise ValueError("must be a five-field cron expression, e.g. '0 3 * * *'")
         return value
 
+    @model_validator(mode="after")
+    def _only_known_sections(self) -> "CustomerConfig":
+        """A misspelled section (`limitz:`, `chunkng:`) would otherwise be kept silently and its
+        settings never applied; name it, with the closest known key."""
+        unknown = sorted(set(self.model_extra or {}) - set(STAGE_SECTIONS))
+        if unknown:
+            known = [name for name in type(self).model_fields if name != "base_dir"] + list(STAGE_SECTIONS)
+            raise ValueError(_unknown_key_message(unknown, known))
+        return self
+
     def resolve(self, path: str) -> Path:
         candidate = Path(path).expanduser()
         return candidate if candidate.is_absolute() else (self.base_dir / candidate).resolve()
@@ -161,12 +193,25 @@ def parse_customer(data: object, path: Path) -> CustomerConfig:
     return config
 
 
-def load_customer(path: str | Path) -> CustomerConfig:
-    path = Path(path)
+def read_customer_text(path: Path) -> str:
+    """The file's text, or a CustomerConfigError naming the file: whatever sits in `customers/`
+    (a folder called x.yaml, a Latin-1 file, an unreadable file) is one bad entry, never a crash
+    of every command that lists customers."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CustomerConfigError(f"{path}: customer file not found") from None
+    except IsADirectoryError:
+        raise CustomerConfigError(f"{path}: is a folder, not a customer file") from None
+    except UnicodeDecodeError as error:
+        raise CustomerConfigError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})") from None
+    except OSError as error:
+        raise CustomerConfigError(f"{path}: cannot be read: {error.strerror or error}") from None
+
+
+def load_customer(path: str | Path) -> CustomerConfig:
+    path = Path(path)
+    text = read_customer_text(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

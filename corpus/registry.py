@@ -43,18 +43,33 @@ class CustomerRegistry:
     def _registered(self) -> dict[str, str]:
         if not self.index_path.exists():
             return {}
-        return json.loads(self.index_path.read_text())
+        try:
+            registered = json.loads(self.index_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise CustomerConfigError(f"{self.index_path}: registered customers cannot be read: {error}") from None
+        if not isinstance(registered, dict):
+            raise CustomerConfigError(f"{self.index_path}: expected a JSON object of name -> customer file")
+        return registered
 
-    def _candidate_files(self) -> list[Path]:
+    def _registered_files(self, problems: list[RegistryProblem]) -> list[Path]:
+        """Files added with `customers add`; an unreadable index is one problem, not a crash."""
+        try:
+            return [Path(p) for p in self._registered().values()]
+        except CustomerConfigError as error:
+            problems.append(RegistryProblem(self.index_path, str(error)))
+            return []
+
+    def _candidate_files(self, problems: list[RegistryProblem]) -> list[Path]:
         files = sorted(self.folder.glob("*.yaml")) + sorted(self.folder.glob("*.yml")) if self.folder.is_dir() else []
-        files += [Path(p) for p in self._registered().values()]
-        return files
+        return files + self._registered_files(problems)
 
     def scan(self) -> tuple[dict[str, CustomerConfig], list[RegistryProblem]]:
-        """All valid customers by name, and every file that could not be used (never dropped silently)."""
+        """All valid customers by name, and every file that could not be used (never dropped
+        silently). One bad entry never hides the others: every CLI command and the search
+        service find their customers through here."""
         found: dict[str, CustomerConfig] = {}
         problems: list[RegistryProblem] = []
-        for path in self._candidate_files():
+        for path in self._candidate_files(problems):
             try:
                 config = load_customer(path)
             except CustomerConfigError as error:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from corpus.config import CustomerConfigError
 from corpus.registry import CustomerRegistry, searchsmith_home
+from corpus.sources.base import printable_name
 from orchestration.errors import CliError
 
 
@@ -45,10 +46,12 @@ def emit(payload: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]
 
 
 def cmd_customers_list(args) -> dict[str, Any]:
+    """Valid customers by name; every file that cannot be used is listed as invalid, with why."""
     customers, problems = CustomerRegistry().scan()
     return {
         "customers": sorted(customers),
-        "problems": [{"path": str(p.path), "reason": p.reason} for p in problems],
+        "invalid": [printable_name(str(p.path)) for p in problems],
+        "problems": [{"path": printable_name(str(p.path)), "reason": printable_name(p.reason)} for p in problems],
     }
 
 
@@ -211,8 +214,14 @@ def _human_demo(payload: dict[str, Any]) -> str:
 def _human_customers(payload: dict[str, Any]) -> str:
     lines = [f"added {payload['added']}"] if payload.get("added") else []
     lines += payload["customers"] or ["(no customers)"]
-    lines += [f"warning: {p['path']}: {p['reason']}" for p in payload.get("problems", [])]
+    lines += [_invalid_line(problem) for problem in payload.get("problems", [])]
     return "\n".join(lines)
+
+
+def _invalid_line(problem: dict[str, str]) -> str:
+    """`invalid: PATH: REASON` (most reasons already start with the path)."""
+    reason = problem["reason"]
+    return f"invalid: {reason}" if reason.startswith(problem["path"]) else f"invalid: {problem['path']}: {reason}"
 
 
 def _human_sync(payload: dict[str, Any]) -> str:

@@ -1,0 +1,117 @@
+"""Bad customer files: each one is an invalid entry named by its path, never the end of every
+other customer (in the registry, the CLI and the search service); misspelled sections are errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from corpus.config import STAGE_SECTIONS, CustomerConfigError, load_customer
+from corpus.registry import CustomerRegistry
+from serving.api import create_app
+from serving.api_keys import ApiKeyStore
+from tests.test_serving_api import Opener, indexes, records  # noqa: F401 - module fixtures: two real indexes
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "orchestration.cli"]
+GOOD = "name: acme\nsources:\n  - {type: local, path: ./docs}\n"
+
+
+def bad_customers_folder(root: Path) -> Path:
+    """acme is fine; beside it a Latin-1 file, a folder named x.yaml, and a file whose name is not UTF-8."""
+    folder = root / "customers"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "acme.yaml").write_text(GOOD)
+    (folder / "latin1.yaml").write_bytes("name: caf\u00e9\nsources: []\n".encode("latin-1"))
+    (folder / "x.yaml").mkdir()
+    with open(os.path.join(os.fsencode(folder), b"bad\xffname.yaml"), "w") as handle:
+        handle.write(GOOD.replace("acme", "other"))
+    return folder
+
+
+def test_unreadable_files_are_errors_that_name_them(tmp_path):
+    folder = bad_customers_folder(tmp_path)
+    with pytest.raises(CustomerConfigError, match=re.escape(str(folder / "latin1.yaml")) + ".*not UTF-8"):
+        load_customer(folder / "latin1.yaml")
+    with pytest.raises(CustomerConfigError, match=re.escape(str(folder / "x.yaml")) + ".*folder"):
+        load_customer(folder / "x.yaml")
+
+
+def test_registry_lists_every_bad_entry_and_keeps_the_good_customer(tmp_path):
+    folder = bad_customers_folder(tmp_path)
+    registry = CustomerRegistry(home=tmp_path / "home", folder=folder)
+    customers, problems = registry.scan()
+    assert sorted(customers) == ["acme", "other"]  # a non-UTF-8 *file name* is no reason to refuse a valid file
+    assert sorted(p.path.name for p in problems) == ["latin1.yaml", "x.yaml"]
+    assert registry.get("acme").name == "acme"
+
+
+def test_a_corrupt_registration_index_is_one_problem(tmp_path):
+    folder = tmp_path / "customers"
+    folder.mkdir()
+    (folder / "acme.yaml").write_text(GOOD)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "customers.json").write_bytes(b"\xff{not json")
+    customers, problems = CustomerRegistry(home=tmp_path / "home", folder=folder).scan()
+    assert list(customers) == ["acme"] and [p.path.name for p in problems] == ["customers.json"]
+
+
+def test_misspelled_top_level_keys_are_named(tmp_path):
+    path = tmp_path / "acme.yaml"
+    path.write_text(GOOD + "limitz: {resync_retrain_share: 0.5}\nchunkng: {size_tokens: 64}\n")
+    with pytest.raises(CustomerConfigError) as error:
+        load_customer(path)
+    message = str(error.value)
+    assert str(path) in message
+    assert "'chunkng' (did you mean 'chunking'?)" in message and "'limitz' (did you mean 'limits'?)" in message
+
+
+def test_every_section_the_repo_uses_is_accepted(tmp_path):
+    """demo.yaml, the README's full example and each stage section still load."""
+    assert load_customer(ROOT / "customers" / "demo.yaml").name == "demo"
+    readme = (ROOT / "README.md").read_text()
+    example = re.search(r"## A customer.*?```yaml\n(.*?)```", readme, flags=re.DOTALL).group(1)
+    (tmp_path / "readme.yaml").write_text(example)
+    config = load_customer(tmp_path / "readme.yaml")
+    assert set(config.model_extra) == {"benchmark", "training", "serving"}
+    (tmp_path / "all.yaml").write_text(GOOD + "".join(f"{section}: {{}}\n" for section in STAGE_SECTIONS if section != "demo_question")
+                                       + "demo_question: Who?\n")
+    assert set(load_customer(tmp_path / "all.yaml").model_extra) == set(STAGE_SECTIONS)
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_lists_bad_files_as_invalid_and_serves_the_good_customer(tmp_path, searchsmith_home):
+    folder = bad_customers_folder(tmp_path)
+    env = {**os.environ, "SEARCHSMITH_CUSTOMERS_DIR": str(folder)}
+    listed = cli(env, "customers", "list", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    payload = json.loads(listed.stdout)
+    assert payload["customers"] == ["acme", "other"]
+    assert sorted(Path(p).name for p in payload["invalid"]) == ["latin1.yaml", "x.yaml"]
+    human = cli(env, "customers", "list")
+    assert human.returncode == 0 and f"invalid: {folder / 'x.yaml'}: is a folder" in human.stdout
+    key = cli(env, "keys", "create", "acme", "--json")
+    assert key.returncode == 0 and json.loads(key.stdout)["key"], key.stdout + key.stderr[-2000:]
+
+
+def test_search_service_answers_the_good_customer_beside_bad_files(tmp_path, indexes):  # noqa: F811
+    folder = bad_customers_folder(tmp_path)
+    keys = ApiKeyStore(tmp_path / "keys.json")
+    key = keys.create_key("acme")
+    registry = CustomerRegistry(home=tmp_path / "home", folder=folder)
+    app = create_app(keys, lambda: set(registry.customers()), Opener(indexes), lambda customer: "heuristic")
+    with TestClient(app) as client:
+        response = client.post("/v1/search", json={"customer": "acme", "query": "first final", "k": 3},
+                               headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 200, response.text
+    assert response.json()["documents"]
