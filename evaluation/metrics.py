@@ -6,8 +6,12 @@ on what "recall" means, so they all call `score_trajectory`. Definitions (Contex
 
 - output recall / precision / F1 / F-beta: over the first `k` distinct documents of the final
   ranking (every candidate is scored at the same output size).
-- trajectory recall: gold seen at any point (a tool result), pruned ones included; the final
-  ranking counts as seen too, so trajectory recall >= output recall always.
+- trajectory recall: gold that a tool result showed at any point, pruned ones included, and
+  nothing else. An id only named in the final answer does not count (BrowseComp-Plus counts
+  what the tools surfaced): the final-answer parser accepts any id in the corpus, and this
+  number feeds the RL reward and the SFT filter, so counting the answer would reward guessing
+  ids. An honest trajectory returns what it saw, so trajectory recall >= output recall for it;
+  a trajectory whose output recall exceeds its trajectory recall returned ids it never saw.
 - answer found: a returned document contains the answer (whole words, see `answers.py`); when
   no gold document contains it (yes/no questions), every gold document must be returned.
 - prune accuracy: share of pruned chunks that are not gold; `None` when nothing was pruned
@@ -98,7 +102,7 @@ def _answer_found(returned: set[str], gold: Gold) -> float:
 
 def _document_level(trajectory: Trajectory, gold: Gold, returned: list[str]) -> tuple[float, float, float, float | None, int, int]:
     returned_set = set(returned)
-    seen = set(trajectory.seen_doc_ids()) | returned_set
+    seen = set(trajectory.seen_doc_ids())  # tool results only, never the final answer
     n_gold = len(gold.doc_ids)
     hits = len(returned_set & gold.doc_ids)
     recall = hits / n_gold if n_gold else 0.0
@@ -121,7 +125,7 @@ def _fact_level(trajectory: Trajectory, gold: Gold, returned: list[str]) -> tupl
         return any(chunk in returned_chunks or chunk_docs.get(chunk) in returned_set for chunk in fact)
 
     def fact_seen(fact: frozenset[str]) -> bool:
-        return fact_returned(fact) or bool(fact & seen_chunks)
+        return bool(fact & seen_chunks)  # a tool showed one of its chunks; the answer alone is no evidence
 
     n_facts = len(gold.facts)
     recall = sum(fact_returned(f) for f in gold.facts) / n_facts if n_facts else 0.0

@@ -143,3 +143,23 @@ def test_bootstrap_is_deterministic_under_a_seed():
     assert other.mean == first.mean
     assert bootstrap_mean([0.4]).low == bootstrap_mean([0.4]).high == 0.4
     assert math.isnan(bootstrap_mean([]).mean)
+
+
+def test_ids_only_named_in_the_answer_do_not_count_for_trajectory_recall():
+    """Guessed ids (never shown by a tool) may earn output recall but never trajectory recall,
+    which feeds the reward and the SFT filter."""
+    gold = Gold(doc_ids=frozenset({"A", "G"}), answer_doc_ids=frozenset({"G"}))
+    trajectory = make_trajectory(SEEN, returned=["A", "G"])  # G was never in a tool result
+    score = score_trajectory(trajectory, gold, k=5)
+    assert score.recall == 1.0
+    assert score.trajectory_recall == 0.5
+
+
+def test_fact_seen_only_through_the_answer_does_not_count_for_trajectory_recall():
+    gold = Gold(
+        doc_ids=frozenset({"A", "G"}), answer_doc_ids=frozenset({"G"}),
+        facts=(frozenset({"a1"}), frozenset({"g1"})), chunk_docs={"a1": "A", "g1": "G"},
+    )
+    score = score_trajectory(make_trajectory(SEEN, returned=["A", "G"]), gold, k=5, granularity="fact")
+    assert score.recall == 1.0
+    assert score.trajectory_recall == 0.5
