@@ -74,7 +74,8 @@ def sft_trajectories(
     context.log.info(f"teacher {teacher}: {settings.teacher.k_rollouts} rollout(s) on {len(tasks)} train tasks")
     with tempfile.TemporaryDirectory() as folder:
         data = collect_sft_trajectories(name, store.get(), open_index(name, store, chroma, customers), tasks, policy,
-                                        settings.teacher, Path(folder), harness=settings.harness_config())
+                                        settings.teacher, Path(folder), harness=settings.harness_config(),
+                                        student=settings.student_policy())
         histogram = png_markdown(data.histogram) if data.histogram else ""
     filtered = data.metadata.pop("filter")
     return dg.MaterializeResult(metadata={
@@ -125,15 +126,19 @@ def cispo_checkpoint(
 ) -> dg.MaterializeResult:
     from training.cispo_plots import plot_cispo_curves
 
+    from evaluation.customer_report import BenchmarkSettings
+
     name = context.partition_key
-    settings = training_settings(customers.get(name))
+    config = customers.get(name)
+    settings = training_settings(config)
+    benchmark_k = BenchmarkSettings.model_validate((config.model_extra or {}).get("benchmark") or {}).k
     tasks = _train_split(name, store, settings.rl.max_tasks)
 
     def log(row: dict) -> None:
         context.log.info(f"CISPO step {row.get('step')}: reward {row.get('reward_mean')}, loss {row.get('loss')}")
 
     manifest, history = train_cispo_checkpoint(name, store.get(), open_index(name, store, chroma, customers), tasks,
-                                               settings, customers.home_dir(), log=log)
+                                               settings, customers.home_dir(), log=log, benchmark_k=benchmark_k)
     metadata = _checkpoint_metadata(manifest)
     if history:
         with tempfile.TemporaryDirectory() as folder:

@@ -130,10 +130,19 @@ def merge_nx(name: str, question: str, task_id: str | None, seed: int, result: A
 
 def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness_overrides: dict[str, Any] | None = None,
                     model_options: dict[str, Any] | None = None) -> Runnable:
-    """A runnable candidate; agents are told `k` as their maximum output size."""
+    """A runnable candidate; agents are told `k` as their maximum output size.
+
+    A checkpoint runs under the harness profile it was trained in (its sidecar's), with the
+    benchmark's `k` and overrides on top, and may write replies as long as the profile's reply
+    reserve unless `model_options` caps them.
+    """
     if spec.is_baseline:
         return SingleShotBaseline(backend, spec.policy, k)
-    from retrieval.harness import Harness, HarnessConfig
+    from retrieval.harness import Harness
+    from retrieval.policies import checkpoint_profile, harness_for
 
-    config = HarnessConfig(**{"max_output_docs": k, **(harness_overrides or {})})
-    return AgentCandidate(name=spec.name, harness=Harness(backend, resolve_policy(spec.policy, model_options), config), n=spec.n, spec=spec.policy)
+    config = harness_for(spec.policy, **{"max_output_docs": k, **(harness_overrides or {})})
+    options = dict(model_options or {})
+    if checkpoint_profile(spec.policy) is not None:
+        options.setdefault("max_new_tokens", config.response_reserve_tokens)
+    return AgentCandidate(name=spec.name, harness=Harness(backend, resolve_policy(spec.policy, options), config), n=spec.n, spec=spec.policy)

@@ -190,12 +190,13 @@ def build_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 4,
-    max_position_embeddings: int = 32768,
+    max_position_embeddings: int = 65536,
 ) -> Path:
     """Write a tiny random LlamaForCausalLM and a BPE tokenizer trained on `vocab_texts` to `folder`.
 
     Deterministic for a given `seed` and texts. The context window is long (RoPE has no learned
-    positions, so this costs nothing) so the harness's default 32,768-token budget fits.
+    positions, so this costs nothing) so the harness's default 32,768-token budget fits together with
+    the chat template, the tool schemas and the reply reserve (the harness checks that sum).
     """
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM

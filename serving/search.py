@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval.harness import Harness, HarnessConfig
+from retrieval.harness import Harness
 from retrieval.index import HybridIndex
-from retrieval.policies import load_policy
+from retrieval.policies import checkpoint_profile, harness_for, load_policy
 from retrieval.trajectory import RankedDocument, Trajectory
 
 
@@ -41,8 +41,10 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
         raise ValueError("the question is empty")
     if k < 1 or parallel < 1:
         raise ValueError("k and parallel must be at least 1")
-    policy = load_policy(policy_spec)
-    with Harness(index, policy, HarnessConfig(max_output_docs=k)) as harness:
+    config = harness_for(policy_spec, max_output_docs=k)  # a checkpoint answers under its own profile
+    options = {"max_new_tokens": config.response_reserve_tokens} if checkpoint_profile(policy_spec) is not None else {}
+    policy = load_policy(policy_spec, **options)
+    with Harness(index, policy, config) as harness:
         if parallel == 1:
             trajectory = harness.run(question, seed=seed)
             return SearchResponse(_documents(trajectory.final_ranking, index, k), trajectory.summary(), [trajectory])

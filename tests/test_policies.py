@@ -279,6 +279,7 @@ def test_transformers_policy_prompt_longer_than_window(tmp_path):
     folder = build_tiny_model(tmp_path / "short", ["short window"], seed=0, max_position_embeddings=32)
     step = TransformersPolicy(str(folder), max_new_tokens=8).new_episode("q").act(BASE_MESSAGES, TOOLS)
     assert step.error and "window" in step.error and step.prompt_tokens > 32
+    assert step.window_full, "the harness forces the final answer on this signal"
 
 
 def test_transformers_policy_loads_lora_adapter(tmp_path, tiny_dir):

@@ -94,7 +94,9 @@ def test_split_batch_with_accumulation_equals_the_full_batch(lora_model, tokeniz
 
     def gradients(micro_batch_tokens: int):
         lora_model.zero_grad(set_to_none=True)
-        stats, _ = accumulate_cispo_gradients(lora_model, sequences, pad_id=tokenizer.pad_token_id, eps_low=1.0,
+        # Both bounds are tight: the scripted pi_old is far from the random model's pi, so weights
+        # are clipped whichever side the noise puts them on.
+        stats, _ = accumulate_cispo_gradients(lora_model, sequences, pad_id=tokenizer.pad_token_id, eps_low=0.2,
                                               eps_high=0.2, micro_batch_tokens=micro_batch_tokens)
         return [p.grad.clone() for p in params], stats
 
@@ -120,7 +122,8 @@ def test_rollouts_are_scored_by_the_reward_module_with_every_component(tokenizer
     for rollout in batch.rollouts:
         expected = reference_reward(rollout.trajectory, rollout.task.gold, beta=3.0, k=5)  # the benchmark's k
         assert rollout.reward == expected
-        assert rollout.reward.reward in (0.0, 2.0)
+        # answers without searching: F_beta and the answer bonus, no trajectory recall (nothing was surfaced)
+        assert rollout.reward.reward in (0.0, pytest.approx(1.7))
         assert rollout.trajectory.config["soft_hint"] is True  # training configuration
     metrics = rollout_metrics(batch)
     rewards = [r.reward.reward for r in batch.rollouts]
@@ -160,7 +163,7 @@ def test_a_crashed_rollout_is_recorded_and_retried_never_scored_zero(tokenizer):
     policy = ScriptedPolicy(tokenizer, lambda seed: [("answer", ANSWER)], crash=crash_first_three)
     batch = collect_rollouts(policy, MemoryBackend(), lighthouse_tasks()[:1], group_size=4, workers=1, max_retries=3)
     assert len(batch.crashes) == 3 and "engine went away" in batch.crashes[0]["error"]
-    assert all(r.reward.reward == 2.0 and r.trajectory.error is None for r in batch.rollouts)
+    assert all(r.reward.reward == pytest.approx(1.7) and r.trajectory.error is None for r in batch.rollouts)
     assert sum(r.attempts for r in batch.rollouts) == 4 + 3
 
     always = ScriptedPolicy(tokenizer, lambda seed: [("answer", ANSWER)],

@@ -283,7 +283,7 @@ def train_cispo(
     curriculum = Curriculum(rl_tasks, config.tasks_per_step, total_steps, config.seed, config.curriculum, config.curriculum_floor)
     harness_config = HarnessConfig.for_training(**config.harness)
     checkpoints: list[Path] = []
-    sidecar_base = {"config": config.model_dump(mode="json"), "base_model": str(base_model),
+    sidecar_base = {"config": config.model_dump(mode="json"), "harness_profile": harness_config.profile(), "base_model": str(base_model),
                     "init_adapter": str(init_adapter) if init_adapter else None, "engine": engine.name,
                     "total_steps": total_steps, "tasks": len(rl_tasks)}
     try:

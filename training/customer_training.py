@@ -74,9 +74,16 @@ class TrainingSettings(BaseModel):
     harness: dict = Field(default_factory=dict)
 
     def harness_config(self) -> Any:
+        """The student's profile (teacher rollouts run it in the full view when it is compact)."""
         from retrieval.harness import HarnessConfig
 
         return HarnessConfig.for_training(**self.harness)
+
+    def student_policy(self) -> Policy:
+        """The base model as a policy: the student's tokenizer, window and chat template."""
+        from retrieval.policies import load_policy
+
+        return load_policy(f"transformers:{self.base_model}")
 
 
 def training_settings(config: Any) -> TrainingSettings:
@@ -243,16 +250,26 @@ class SFTData:
 
 def collect_sft_trajectories(
     customer: str, store: ArtifactStore, backend: SearchBackend, bench_tasks: list, policy: Policy,
-    settings: TeacherSettings, work_dir: Path, progress: bool = False, harness: Any = None,
+    settings: TeacherSettings, work_dir: Path, progress: bool = False, harness: Any = None, student: Policy | None = None,
 ) -> SFTData:
     """Teacher rollouts (resumable, per rollout in the store) -> Context-1 filter -> kept JSONL and
-    a `datasets` folder in the store; the recall histogram is written under `work_dir`."""
+    a `datasets` folder in the store; the recall histogram is written under `work_dir`.
+
+    `harness` is the student's profile. Under the compact view the teacher still decides in the
+    full view (it reads whole chunks) and the kept trajectories are replayed in the student's
+    view (`student_view`) with the `student` policy's tokenizer, so SFT teaches what the student
+    will read and write."""
     from training.sft_plots import plot_recall_histograms
     from training.sft_selection import filter_trajectories, kept_dataset
     from training.teacher_trajectories import collect_teacher_trajectories
 
+    teacher_harness = harness
+    if harness is not None and harness.view == "compact":
+        if student is None:
+            raise ValueError("a compact student profile needs the student policy to render the teacher's trajectories")
+        teacher_harness = harness.model_copy(update={"view": "full"})
     rollouts = collect_teacher_trajectories(
-        bench_tasks, backend, policy, harness, k_rollouts=settings.k_rollouts, workers=settings.workers, store=store,
+        bench_tasks, backend, policy, teacher_harness, k_rollouts=settings.k_rollouts, workers=settings.workers, store=store,
         prefix=f"{training_prefix(customer)}/teacher_rollouts", seed=settings.seed, max_attempts=settings.max_attempts,
         progress=progress,
     )
@@ -261,15 +278,21 @@ def collect_sft_trajectories(
     if not result.kept:
         raise ValueError(f"the SFT filter kept none of {len(rollouts.trajectories)} teacher trajectories ({result.counts}); "
                          "a better teacher or more tasks are needed")
-    store.write_text(kept_key(customer), "".join(t.model_dump_json() + "\n" for t in result.kept))
+    kept = result.kept
+    if teacher_harness is not harness:
+        from training.student_view import render_in_student_view
+
+        kept = render_in_student_view(result.kept, backend, student, harness)
+    store.write_text(kept_key(customer), "".join(t.model_dump_json() + "\n" for t in kept))
     dataset_dir = work_dir / "sft_dataset"
     kept_dataset(result).save_to_disk(str(dataset_dir))
     for stale in list(store.list(dataset_prefix(customer))):
         store.delete(stale)
     push_folder(store, dataset_dir, dataset_prefix(customer))
     histogram = plot_recall_histograms(result.recall_before, result.recall_after, work_dir / "recall_histogram.png")
-    metadata = {"teacher": policy.name, "tasks": len(bench_tasks), **rollouts.metadata(), "filter": result.metadata()}
-    return SFTData(result.kept, metadata, histogram)
+    metadata = {"teacher": policy.name, "tasks": len(bench_tasks), **rollouts.metadata(), "filter": result.metadata(),
+                "student_view": harness.view if harness is not None else "full"}
+    return SFTData(kept, metadata, histogram)
 
 
 def load_kept_trajectories(store: ArtifactStore, customer: str) -> list[Trajectory]:
@@ -295,7 +318,7 @@ def train_sft_checkpoint(
         return reusable, []
     out = models_dir(home, customer, "sft", run_id)
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
-                     lineage={"customer": customer, "run_id": run_id})
+                     lineage={"customer": customer, "run_id": run_id}, harness_profile=settings.harness_config().profile())
     manifest = _publish(store, CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()),
                                                   adapter_prefix(customer, "sft", run_id), result.base_model, result.steps,
                                                   result.metrics, lineage={"trajectories": len(trajectories)}))
@@ -350,14 +373,14 @@ def rl_config(settings: TrainingSettings, has_init_adapter: bool, benchmark_k: i
 
 def train_cispo_checkpoint(
     customer: str, store: ArtifactStore, backend: SearchBackend, bench_tasks: list, settings: TrainingSettings, home: Path,
-    log: Any = None,
+    log: Any = None, benchmark_k: int | None = None,
 ) -> tuple[CheckpointManifest, list[dict[str, Any]]]:
     """CISPO from the SFT adapter (when there is one and `from_sft`), resuming a crashed run."""
     from training.cispo_trainer import train_cispo
 
     init = read_manifest(store, customer, "sft") if settings.rl.from_sft else None
     init_path = local_adapter(store, init) if init is not None else None
-    config = rl_config(settings, init_path is not None)
+    config = rl_config(settings, init_path is not None, benchmark_k)
     run_id = run_identity("cispo", settings.base_model, config.model_dump(mode="json"), init.run_id if init else None,
                           sorted(task.task_id for task in bench_tasks))
     reusable = _reusable_run(store, customer, "cispo", run_id)  # gone: train again, resuming from checkpoints

@@ -39,4 +39,29 @@ def load_policy(spec: str, **options: Any) -> Policy:
     raise ValueError(f"unknown policy {spec!r}; use heuristic, openai:URL#MODEL or transformers:PATH")
 
 
-__all__ = ["load_policy"]
+__all__ = ["checkpoint_profile", "harness_for", "load_policy"]
+
+
+def checkpoint_profile(spec: str) -> dict[str, Any] | None:
+    """The harness profile a checkpoint was trained under (from its adapter's sidecar), or None
+    for policies that have none (baselines, the heuristic, endpoints, plain model folders)."""
+    spec = spec.strip()
+    if not spec.startswith("transformers:"):
+        return None
+    from pathlib import Path
+
+    from retrieval.policies.transformers_policy import read_adapter_sidecar
+
+    rest = spec.partition(":")[2]
+    adapter = rest.partition("+")[2] or rest
+    if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
+        return None
+    return read_adapter_sidecar(adapter).get("harness_profile") or None
+
+
+def harness_for(spec: str, **overrides: Any):
+    """The `HarnessConfig` to run `spec` under: its checkpoint's profile when it has one (what it
+    learned to work in), then `overrides` (the caller's k, a benchmark's turn cap)."""
+    from retrieval.harness import HarnessConfig
+
+    return HarnessConfig.from_profile(checkpoint_profile(spec), **overrides)
