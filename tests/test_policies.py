@@ -195,7 +195,8 @@ def _forward_logprobs(policy, step: PolicyStep, messages, tools, temperature: fl
 def test_transformers_policy_generates_with_logprobs(tiny_dir, temperature):
     from retrieval.policies.transformers_policy import TransformersPolicy
 
-    policy = TransformersPolicy(str(tiny_dir), max_new_tokens=24, temperature=temperature, seed=3)
+    # fp32: the recorded logprobs must equal a forward pass to 1e-4 (bf16, the CPU inference default, rounds coarser)
+    policy = TransformersPolicy(str(tiny_dir), max_new_tokens=24, temperature=temperature, seed=3, dtype="float32")
     step = policy.new_episode("q", seed=1).act(BASE_MESSAGES, TOOLS)
     assert step.completion_tokens == len(step.completion_token_ids) == len(step.completion_logprobs) > 0
     prompt = policy.render_prompt(BASE_MESSAGES, TOOLS)
@@ -294,7 +295,7 @@ def test_transformers_policy_loads_lora_adapter(tmp_path, tiny_dir):
     peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     peft_model.save_pretrained(str(tmp_path / "adapter"))
     plain = TransformersPolicy(str(tiny_dir), max_new_tokens=12).new_episode("q").act(BASE_MESSAGES, TOOLS)
-    adapted_policy = TransformersPolicy(str(tiny_dir), adapter_path=tmp_path / "adapter", max_new_tokens=12)
+    adapted_policy = TransformersPolicy(str(tiny_dir), adapter_path=tmp_path / "adapter", max_new_tokens=12, dtype="float32")
     adapted = adapted_policy.new_episode("q").act(BASE_MESSAGES, TOOLS)
     merged = adapted_policy.loaded().model
     assert not type(merged).__name__.startswith("Peft"), "inference folds the LoRA into the weights"
