@@ -170,6 +170,27 @@ def _human_key(payload: dict[str, Any]) -> str:
     return f"{payload['key']}\n(API key for {payload['customer']}; shown once: only a salted hash is stored)"
 
 
+def cmd_keys_list(args) -> dict[str, Any]:
+    from orchestration.runner import list_api_keys
+
+    return list_api_keys(args.customer)
+
+
+def _human_keys(payload: dict[str, Any]) -> str:
+    lines = [f"{key['key_id']}  created {key['created_at']}" for key in payload["keys"]]
+    return "\n".join(lines) or f"(no API keys for {payload['customer']})"
+
+
+def cmd_keys_revoke(args) -> dict[str, Any]:
+    from orchestration.runner import revoke_api_key
+
+    return revoke_api_key(args.key_id)
+
+
+def _human_revoked(payload: dict[str, Any]) -> str:
+    return f"revoked {payload['revoked']} ({payload['customer']}); a running search service refuses it from now on"
+
+
 def cmd_api(args) -> dict[str, Any]:
     from orchestration.runner import serve_search_api
 
@@ -262,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rollback", action="store_true", help="restore the previously served policy")
     keys = sub.add_parser("keys", help="API keys of the search service").add_subparsers(dest="action", required=True)
     add("create", cmd_keys_create, _human_key, "create an API key for a customer (shown once)", keys).add_argument("customer")
+    add("list", cmd_keys_list, _human_keys, "list a customer's API key ids and creation times (never secrets)", keys).add_argument("customer")
+    add("revoke", cmd_keys_revoke, _human_revoked, "revoke an API key by its id", keys).add_argument("key_id", metavar="ID")
     api = add("api", cmd_api, lambda payload: "search service stopped", "run the HTTP search service (POST /v1/search)")
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8080)

@@ -187,6 +187,30 @@ def create_api_key(customer: str) -> dict[str, Any]:
             "note": "shown once: only a salted hash is stored"}
 
 
+def list_api_keys(customer: str) -> dict[str, Any]:
+    """`searchsmith keys list CUSTOMER`: key ids and creation times, never secrets or hashes.
+
+    A customer whose file was removed may still hold keys; they are listed so they can be
+    revoked. Only a name with no keys at all must be a known customer (a typo is an error, not
+    an empty list)."""
+    from serving.api_keys import ApiKeyStore
+
+    keys = ApiKeyStore().list(customer)
+    if not keys:
+        CustomerRegistry().get(customer)
+    return {"customer": customer, "keys": [{"key_id": info.key_id, "created_at": info.created_at} for info in keys]}
+
+
+def revoke_api_key(key_id: str) -> dict[str, Any]:
+    """`searchsmith keys revoke ID`: a running search service refuses the key from its next request."""
+    from serving.api_keys import ApiKeyStore
+
+    removed = ApiKeyStore().remove(key_id)
+    if removed is None:
+        raise CliError(f"no API key with id {key_id!r} (see `searchsmith keys list CUSTOMER`)")
+    return {"revoked": removed.key_id, "customer": removed.customer}
+
+
 def search_service_wiring() -> dict[str, Any]:
     """What the search service needs from the project: customers, their indexes, their served policies."""
     from orchestration.definitions import defs

@@ -165,10 +165,16 @@ class ApiKeyStore:
 
     def revoke(self, key_id: str) -> bool:
         """Remove a key; True if it existed. Takes the key id or the whole key."""
-        match = _KEY.match(key_id)
+        return self.remove(key_id) is not None
+
+    def remove(self, key_id: str) -> ApiKeyInfo | None:
+        """Remove a key and say whose it was (None if there was no such key). Takes the key id
+        or the whole key; a running service stops accepting it on its next request."""
+        match = _KEY.match(key_id or "")
         key_id = match.group(1) if match else key_id
         with self._exclusive() as records:
-            return records.pop(key_id, None) is not None
+            removed = records.pop(key_id, None)
+        return removed.public() if removed is not None else None
 
     def list(self, customer: str | None = None) -> list[ApiKeyInfo]:
         records = self._read().values()

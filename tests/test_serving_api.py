@@ -10,6 +10,8 @@ import logging
 import os
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -177,6 +179,46 @@ def test_search_over_a_real_socket_answers_like_the_cli(keys, issued, indexes, r
     cli = run_search(indexes["acme"], question, "heuristic", 3).as_dict()
     assert payload["documents"] == cli["documents"] and payload["summary"] == cli["summary"]
     assert chunked.status_code == 413 and chunked.json()["error"] == "body_too_large"
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_keys_list_and_revoke_from_the_cli_reach_a_running_service(searchsmith_home, tmp_path, indexes, records):
+    folder = tmp_path / "customers"
+    folder.mkdir()
+    (folder / "docs").mkdir()
+    for name in ("acme", "beta"):
+        (folder / f"{name}.yaml").write_text(f"name: {name}\nsources:\n  - {{type: local, path: ./docs}}\n")
+    env = {**os.environ, "SEARCHSMITH_CUSTOMERS_DIR": str(folder)}
+    created = [json.loads(_cli("keys", "create", name, "--json", env=env).stdout) for name in ("acme", "acme", "beta")]
+    store = ApiKeyStore()  # what `searchsmith api` holds: the default file under SEARCHSMITH_HOME
+    app = create_app(store, lambda: set(CUSTOMERS), Opener(indexes), lambda customer: "heuristic")
+    body = {"customer": "acme", "query": records[0]["question"], "k": 2}
+    with served(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+        assert http.post("/v1/search", json=body, headers=auth(created[0]["key"])).status_code == 200
+
+        listed = _cli("keys", "list", "acme", "--json", env=env)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        payload = json.loads(listed.stdout)  # exactly one JSON object on stdout
+        assert sorted(k["key_id"] for k in payload["keys"]) == sorted(c["key_id"] for c in created[:2])
+        assert all(set(k) == {"key_id", "created_at"} and k["created_at"] for k in payload["keys"])
+        stored = json.loads(store.path.read_text())["keys"]
+        secrets_ = [c["key"] for c in created] + [c["key"].split("_", 2)[2] for c in created] + [r[f] for r in stored.values() for f in ("hash", "salt")]
+        human = _cli("keys", "list", "acme", env=env).stdout
+        assert created[0]["key_id"] in human and not [s for s in secrets_ if s in listed.stdout + human]
+
+        revoked = _cli("keys", "revoke", created[0]["key_id"], "--json", env=env)
+        assert revoked.returncode == 0 and json.loads(revoked.stdout) == {"revoked": created[0]["key_id"], "customer": "acme"}
+        # the running service refuses the revoked key at once; the customer's other key still works
+        assert http.post("/v1/search", json=body, headers=auth(created[0]["key"])).status_code == 401
+        assert http.post("/v1/search", json=body, headers=auth(created[1]["key"])).status_code == 200
+    again = _cli("keys", "revoke", created[0]["key_id"], "--json", env=env)
+    assert again.returncode == 1 and created[0]["key_id"] in json.loads(again.stdout)["error"]
+    assert [k["key_id"] for k in json.loads(_cli("keys", "list", "acme", "--json", env=env).stdout)["keys"]] == [created[1]["key_id"]]
+    unknown = _cli("keys", "list", "nobody", "--json", env=env)
+    assert unknown.returncode == 1 and "unknown customer" in json.loads(unknown.stdout)["error"]
 
 
 # -- auth and isolation ------------------------------------------------------------------------
