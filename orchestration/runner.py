@@ -94,10 +94,13 @@ def open_index(customer: str):
 
 def search(customer: str, question: str, policy_spec: str, k: int, parallel: int) -> dict[str, Any]:
     """Answer from the customer's built index; the index must have been materialized (`sync`)."""
-    from serving.search import run_search
+    from serving.search import PolicyFailed, run_search
 
     index, _ = open_index(customer)
-    response = run_search(index, question, policy_spec, k, parallel)
+    try:
+        response = run_search(index, question, policy_spec, k, parallel)
+    except PolicyFailed as error:  # an unreachable endpoint is an error, never an empty answer
+        raise CliError(f"{error}; check that the endpoint is up and serves the model") from None
     return {"customer": customer, "question": question, "policy": policy_spec, **response.as_dict()}
 
 

@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from retrieval.index import HybridIndex
 from serving.api_keys import ApiKeyStore
-from serving.search import run_search
+from serving.search import PolicyFailed, run_search
 
 logger = logging.getLogger("searchsmith.api")
 
@@ -258,10 +258,10 @@ def create_app(
             index = indexes.get(customer)
         except (LookupError, FileNotFoundError) as error:
             raise IndexUnavailable(str(error)) from error
-        response = run_search(index, query, policy, k)
-        failed = [t.error for t in response.trajectories if t.error]
-        if response.trajectories and len(failed) == len(response.trajectories):
-            raise _ApiError(502, "policy_failed", "the customer's search policy failed; see the service log") from RuntimeError(failed[0])
+        try:
+            response = run_search(index, query, policy, k)
+        except PolicyFailed as error:
+            raise _ApiError(502, "policy_failed", "the customer's search policy failed; see the service log") from error
         return SearchResult(customer=customer, policy=policy, documents=response.documents, summary=response.summary)
 
     async def search(request: Request) -> JSONResponse:

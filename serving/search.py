@@ -14,6 +14,11 @@ from retrieval.policies import checkpoint_profile, harness_for, load_policy
 from retrieval.trajectory import RankedDocument, Trajectory
 
 
+class PolicyFailed(RuntimeError):
+    """Every rollout of the search ended on a policy error (an unreachable or failing model
+    endpoint): there is no answer, which is not the same as an empty one."""
+
+
 @dataclass
 class SearchResponse:
     documents: list[dict[str, Any]]
@@ -47,7 +52,16 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
     with Harness(index, policy, config) as harness:
         if parallel == 1:
             trajectory = harness.run(question, seed=seed)
+            _raise_if_every_rollout_failed(policy_spec, [trajectory])
             return SearchResponse(_documents(trajectory.final_ranking, index, k), trajectory.summary(), [trajectory])
         merged = harness.run_nx(question, parallel, seed=seed)
+        _raise_if_every_rollout_failed(policy_spec, merged.trajectories)
         return SearchResponse(_documents(merged.ranking, index, k), merged.summary(), merged.trajectories)
+
+
+def _raise_if_every_rollout_failed(policy_spec: str, trajectories: list[Trajectory]) -> None:
+    """Some of N rollouts failing still leaves an answer from the others; all failing leaves none."""
+    failed = [t.error for t in trajectories if t.error]
+    if trajectories and len(failed) == len(trajectories):
+        raise PolicyFailed(f"the search policy {policy_spec!r} failed: {failed[0]}")
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,13 @@ def test_cli_json_contract(customer, searchsmith_home):
     assert any(run.job_name == "corpus_resync" for run in instance.get_runs())
     unknown = subprocess.run([*CLI, "sync", "nobody", "--json"], env=env, capture_output=True, text=True, timeout=600)
     assert unknown.returncode == 1 and "unknown customer" in json.loads(unknown.stdout)["error"]
+    # a policy whose endpoint is down is an error with its cause, never an empty answer with exit 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        down = f"openai:http://127.0.0.1:{probe.getsockname()[1]}/v1#served-model"
+    failed = subprocess.run([*CLI, "search", "acme", "What is item 1 about?", "--policy", down, "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert failed.returncode == 1, failed.stdout[-2000:]
+    error = json.loads(failed.stdout)["error"]  # still exactly one JSON object on stdout
+    assert "served-model" in error and "failed" in error and "Connection" in error
+    human = subprocess.run([*CLI, "search", "acme", "What is item 1 about?", "--policy", down], env=env, capture_output=True, text=True, timeout=600)
+    assert human.returncode == 1 and human.stdout == "" and human.stderr.strip().splitlines()[-1].startswith("error: the search policy")

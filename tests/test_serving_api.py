@@ -23,11 +23,9 @@ from starlette.testclient import TestClient
 
 from retrieval.chroma_client import persistent_client
 from retrieval.index import IndexNotBuilt
-from retrieval.trajectory import Trajectory
-from serving import api as api_module
 from serving.api import ApiLimits, IndexCache, create_app
 from serving.api_keys import ApiKeyStore, create_key
-from serving.search import SearchResponse, run_search
+from serving.search import PolicyFailed, run_search
 from tests.test_index import DATA, HashEmbedder, chunk_table, make_index
 
 CUSTOMERS = {"acme", "beta"}
@@ -305,12 +303,21 @@ def test_index_not_built_is_503_and_not_remembered(keys, issued, indexes, record
         assert client.post("/v1/search", json=body, headers=auth(issued["acme"])).status_code == 200
 
 
-def test_a_failed_policy_is_502_not_an_empty_answer(keys, issued, indexes, monkeypatch):
-    failed = Trajectory(question="q", policy="openai:http://127.0.0.1:9#m", error="PolicyError: connection refused")
-    monkeypatch.setattr(api_module, "run_search", lambda *args, **kwargs: SearchResponse([], failed.summary(), [failed]))
-    with make_client(keys, indexes) as client:
-        reply = client.post("/v1/search", json={"customer": "acme", "query": "q"}, headers=auth(issued["acme"]))
+def closed_port() -> int:
+    """A loopback port nothing listens on: a model endpoint that is down."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_failed_policy_is_502_not_an_empty_answer(keys, issued, indexes, records):
+    down = f"openai:http://127.0.0.1:{closed_port()}/v1#served-model"
+    app = create_app(keys, lambda: set(CUSTOMERS), Opener(indexes), lambda customer: down)
+    with TestClient(app) as client:
+        reply = client.post("/v1/search", json={"customer": "acme", "query": records[0]["question"]}, headers=auth(issued["acme"]))
     assert reply.status_code == 502 and reply.json()["error"] == "policy_failed"
+    with pytest.raises(PolicyFailed, match="served-model"):  # the CLI's path: the same error, never an empty answer
+        run_search(indexes["acme"], records[0]["question"], down, 3)
 
 
 def test_a_failing_dependency_is_a_500_that_hides_its_details(keys, issued, indexes, caplog):
