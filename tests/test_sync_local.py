@@ -174,3 +174,47 @@ def test_sync_quarantines_an_unstorable_uri_from_any_connector(tmp_path):
     assert result.documents["uri"].to_list() == ["fine.md"]
     assert result.quarantine["uri"].to_list() == ["odd\\x80.md"]
     result.quarantine.write_parquet(tmp_path / "quarantine.parquet")
+
+
+def test_links_pipes_and_sockets_are_quarantined_with_their_reason_never_read(tmp_path):
+    import socket
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Secret\n\nOutside the source folder.")
+    root = tmp_path / "special"
+    root.mkdir()
+    (root / "good.md").write_text("# Good\n\nA readable page.")
+    (root / "inner-link.md").symlink_to(root / "good.md")
+    (root / "escape.md").symlink_to(outside / "secret.md")
+    (root / "dangling.md").symlink_to(tmp_path / "missing.md")
+    (root / "folder-link").symlink_to(outside, target_is_directory=True)
+    (root / "skipped-link").symlink_to(outside, target_is_directory=True)  # excluded below
+    os.mkfifo(root / "pipe.md")  # opening it for reading would block the sync forever
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(root / "sock.md"))
+    try:
+        source = LocalConnector(root, ["**/*"], ["skipped-link/**"], "local:special", 1_000_000)
+        result = sync_sources([source], None, "web")
+        rerun = sync_sources([source], result.documents, "web")
+    finally:
+        listener.close()
+    assert result.documents["uri"].to_list() == ["good.md"]
+    quarantined = dict(zip(result.quarantine["uri"].to_list(), result.quarantine["reason"].to_list()))
+    assert set(quarantined) == {"inner-link.md", "escape.md", "dangling.md", "folder-link", "pipe.md", "sock.md"}
+    assert all(quarantined[uri].startswith("symbolic link") for uri in ("inner-link.md", "escape.md", "dangling.md"))
+    assert "folder" in quarantined["folder-link"]
+    assert quarantined["pipe.md"].startswith("named pipe") and quarantined["sock.md"].startswith("socket")
+    assert not [reason for reason in quarantined.values() if str(outside) in reason or str(tmp_path) in reason]
+    assert set(result.quarantine["stage"].to_list()) == {"fetch"}
+    assert rerun.counts.unchanged == 1 and rerun.counts.quarantined == 6 and rerun.counts.deleted == 0
+
+
+def test_a_link_or_pipe_outside_the_include_globs_is_not_reported(tmp_path):
+    root = tmp_path / "globbed"
+    root.mkdir()
+    (root / "good.md").write_text("# Good\n\nA readable page.")
+    (root / "notes.txt").symlink_to(root / "good.md")
+    os.mkfifo(root / "pipe.log")
+    result = sync_sources([LocalConnector(root, ["**/*.md"], [], "local:globbed", 1_000_000)], None, "web")
+    assert result.documents["uri"].to_list() == ["good.md"] and result.quarantine.height == 0
