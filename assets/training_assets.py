@@ -70,7 +70,7 @@ def sft_trajectories(
     config = customers.get(name)
     settings = training_settings(config)
     tasks = _train_split(name, store, settings.teacher.max_tasks)
-    policy, teacher = teacher_policy(config, settings.teacher)
+    policy, teacher = teacher_policy(config, settings.teacher, max_docs=settings.harness_config().max_output_docs)
     context.log.info(f"teacher {teacher}: {settings.teacher.k_rollouts} rollout(s) on {len(tasks)} train tasks")
     with tempfile.TemporaryDirectory() as folder:
         data = collect_sft_trajectories(name, store.get(), open_index(name, store, chroma, customers), tasks, policy,

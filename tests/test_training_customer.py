@@ -55,6 +55,13 @@ def test_auto_teacher_is_the_customer_endpoint_when_configured_else_the_heuristi
         teacher_policy(_customer(), settings.model_copy(update={"policy": "teacher"}))
 
 
+def test_the_scripted_teacher_answers_within_the_profiles_answer_size():
+    settings = TrainingSettings().teacher
+    five, _ = teacher_policy(_customer(), settings, max_docs=5)
+    ten, _ = teacher_policy(_customer(), settings)
+    assert (five.max_docs, ten.max_docs) == (5, 10) and repr(five) != repr(ten)
+
+
 def test_train_tasks_are_the_verified_train_split_or_a_clear_error():
     tasks = train_tasks(TASKS, None, max_tasks=2)
     assert [t.task_id for t in tasks] == [t.id for t in TASKS[:2]]

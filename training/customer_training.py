@@ -221,24 +221,26 @@ def train_tasks(tasks: list, chunks: Any, max_tasks: int | None) -> list:
 # ---- sft_trajectories ---------------------------------------------------------------------------
 
 
-def teacher_policy(config: Any, settings: TeacherSettings) -> tuple[Policy, str]:
+def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None = None) -> tuple[Policy, str]:
     """(policy, description). `policy: teacher` uses the customer's `teacher:` endpoint (tool calling);
     `auto` uses it when configured and the offline heuristic otherwise; any other value is a
-    `load_policy` spec."""
+    `load_policy` spec. `max_docs` (the profile's answer size) bounds the heuristic's answers: a
+    model reads the limit in its prompt, the script is told it, so no answer runs past it."""
     from retrieval.policies import load_policy
 
     spec = settings.policy
+    scripted = {"max_docs": max_docs} if max_docs is not None else {}
     endpoint = getattr(config, "teacher", None)
     if spec in ("auto", "teacher"):
         if endpoint is None:
             if spec == "teacher":
                 raise ValueError(f"customer {config.name!r}: training.teacher.policy is 'teacher' but the file has no `teacher:` endpoint")
-            return load_policy("heuristic"), "heuristic (offline: no teacher endpoint)"
+            return load_policy("heuristic", **scripted), "heuristic (offline: no teacher endpoint)"
         options: dict[str, Any] = {"timeout": endpoint.timeout_s} if endpoint.timeout_s else {}
         if endpoint.api_key_env:
             options["api_key_env"] = endpoint.api_key_env
         return load_policy(f"openai:{endpoint.base_url}#{endpoint.model}", **options), f"{endpoint.model} at {endpoint.base_url}"
-    return load_policy(spec), spec
+    return load_policy(spec, **(scripted if spec.startswith("heuristic") else {})), spec
 
 
 @dataclass

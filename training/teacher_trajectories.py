@@ -19,6 +19,7 @@ raised. If no rollout at all succeeded, `TeacherFailed` is raised.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -32,7 +33,6 @@ from corpus.storage import ArtifactNotFound, ArtifactStore, LocalArtifactStore
 from retrieval.backend import SearchBackend
 from retrieval.harness import Harness, HarnessConfig
 from retrieval.policy_base import Policy
-from retrieval.prompts import PROMPT_VERSION
 from retrieval.trajectory import Trajectory
 
 STORE_FORMAT = "1"
@@ -79,10 +79,12 @@ def task_fields(task: Any) -> tuple[str, str]:
     return str(task_id), str(task.question)
 
 
-def teacher_fingerprint(policy_name: str, config: HarnessConfig) -> str:
-    """What makes two rollouts of one (task, seed) comparable: teacher, harness settings, prompts."""
+def teacher_fingerprint(policy_name: str, config: HarnessConfig, policy_settings: str = "") -> str:
+    """What makes two rollouts of one (task, seed) comparable: teacher (its name and, for a
+    scripted teacher, its settings such as the answer size), harness settings, prompts."""
     body = json.dumps(
-        {"format": STORE_FORMAT, "policy": policy_name, "config": config.model_dump(), "prompt": PROMPT_VERSION},
+        {"format": STORE_FORMAT, "policy": policy_name, "config": config.model_dump(), "prompt": config.prompt_version,
+         **({"policy_settings": policy_settings} if policy_settings else {})},
         sort_keys=True,
     )
     return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -145,7 +147,8 @@ def collect_teacher_trajectories(
     if k_rollouts < 1 or workers < 1 or max_attempts < 1:
         raise ValueError("k_rollouts, workers and max_attempts must be >= 1")
     config = config or HarnessConfig.for_training()
-    fingerprint = teacher_fingerprint(policy.name, config)
+    settings = repr(policy) if dataclasses.is_dataclass(policy) else ""  # the heuristic's max_docs, hops, weights
+    fingerprint = teacher_fingerprint(policy.name, config, settings)
     rollouts = RolloutStore(store, prefix, fingerprint) if store is not None else None
     plan = [(task_id, question, seed + r) for task_id, question in map(task_fields, tasks) for r in range(k_rollouts)]
     results: dict[tuple[str, int], Trajectory] = {}
