@@ -243,6 +243,62 @@ def test_allow_hosts_defaults_to_the_seed_hosts(site: Website) -> None:
     assert "not in allow_hosts" in connector.refused["http://example.com/x"]
 
 
+def test_scope_is_scheme_host_and_port_another_service_on_the_host_is_never_reached(tmp_path: Path) -> None:
+    """With private addresses allowed (any intranet site), a link and a redirect to another port of
+    the same host must not reach the service there."""
+    with Website(tmp_path / "site") as site, Website(tmp_path / "internal") as internal:
+        internal.write("internal-secret.html", page("Internal", text="INTERNAL-SECRET admin credentials that must never be indexed."))
+        internal.write("robots.txt", "User-agent: *\nAllow: /\n")
+        secret = internal.url("/internal-secret.html")
+        site.write("index.html", page("Home", "about.html", secret, "go.html", "https://127.0.0.1/", site.url("/about.html")))
+        site.write("about.html", page("About"))
+        site.redirects["/go.html"] = secret
+        connector = connector_for(site, allow_hosts=[])  # the seed's host, 127.0.0.1, is allowed
+        events = list(connector.scan({}))
+    assert sum(internal.hits.values()) == 0, internal.hits
+    assert sorted(by_path(site, events)) == ["/", "/about.html", "/go.html"]
+    assert isinstance(by_path(site, events)["/go.html"], Failed) and "port" in by_path(site, events)["/go.html"].reason
+    assert not [e for e in events if isinstance(e, Fetched) and b"INTERNAL-SECRET" in e.data]
+    assert "port" in connector.refused[secret] and "port 443" in connector.refused["https://127.0.0.1/"]
+
+
+def test_an_http_seed_on_port_80_admits_the_https_upgrade_only() -> None:
+    scope = Scope(["docs.example.com"], allow_private=True, seeds=["http://docs.example.com/"])
+    assert scope.refusal("https://docs.example.com/a") is None
+    assert scope.refusal("http://docs.example.com:8080/a") is not None
+    strict = Scope(["docs.example.com"], allow_private=True, seeds=["https://docs.example.com/"])
+    assert strict.refusal("http://docs.example.com/a") is not None and strict.refusal("https://docs.example.com:8443/") is not None
+
+
+def test_a_host_is_resolved_once_and_connections_go_to_that_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS rebinding: a name answers 127.0.0.1 once, then 127.0.0.2 (another service on the same
+    port). Every request of the crawl goes to the address of the first answer."""
+    real_getaddrinfo = socket.getaddrinfo
+    answers: list[str] = []
+
+    def rebinding_getaddrinfo(host, port, *args, **kwargs):
+        if host != "docs.rebind.test":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        address = "127.0.0.1" if not answers else "127.0.0.2"
+        answers.append(address)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 0))]
+
+    with Website(tmp_path / "site") as site:
+        with Website(tmp_path / "rebound", host="127.0.0.2", port=int(site.base_url.rsplit(":", 1)[1])) as rebound:
+            build_docs_site(site)
+            for path in ("index.html", "about.html", "robots.txt"):
+                rebound.write(path, page("Rebound", "about.html", text="REBOUND content from the second address."))
+            monkeypatch.setattr(socket, "getaddrinfo", rebinding_getaddrinfo)
+            seed = site.base_url.replace("127.0.0.1", "docs.rebind.test") + "/"
+            source = WebSource(type="web", seeds=[seed], allow_private=True, rate_limit_per_s=1000.0)
+            events = list(WebConnector(source, "web:rebind", 1_000_000, timeout_s=5.0).scan({}))
+    assert answers == ["127.0.0.1"]  # one resolution for the whole scan
+    assert sum(rebound.hits.values()) == 0, rebound.hits
+    # every page but the sitemap's (which names the site as 127.0.0.1, another host) came from the first address
+    assert len([e for e in events if isinstance(e, Fetched)]) == 5 and sum(site.hits.values()) > 5
+    assert not [e for e in events if isinstance(e, Fetched) and b"REBOUND" in e.data]
+
+
 @pytest.mark.parametrize(
     ("addresses", "expected"),
     [

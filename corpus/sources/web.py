@@ -1,9 +1,11 @@
 """Website source: a polite, scoped crawler with HTTP change detection.
 
-Scope is the safety boundary. Only hosts on the allow-list (the seeds' hosts by default) are
-ever requested, every redirect hop is re-checked before it is followed, and hosts that resolve to
-private, loopback, link-local or reserved addresses are refused unless the source opts in, so a
-customer file cannot turn the sync into a probe of the internal network. robots.txt is honoured
+Scope is the safety boundary. Only hosts on the allow-list (the seeds' hosts by default), on a
+seed's scheme and port, are ever requested, every redirect hop is re-checked before it is
+followed, and hosts that resolve to private, loopback, link-local or reserved addresses are
+refused unless the source opts in, so a customer file cannot turn the sync into a probe of the
+internal network. Each host is resolved once per scan and connections go to the addresses that
+were checked (no second lookup for a rebinding name to answer differently). robots.txt is honoured
 with the source's user agent, and requests to one host are spaced by `rate_limit_per_s`.
 
 Change detection reuses the previous sync's validators: a conditional GET (If-None-Match /
@@ -26,6 +28,7 @@ import json
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
+import httpcore
 import httpx
 
 from corpus.config import WebSource
@@ -185,20 +189,21 @@ def non_public_kind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> s
     return None if address.is_global else "non-global"
 
 
-def address_refusal(host: str) -> str | None:
-    """Why `host` must not be contacted, judged on every address it resolves to (None: all public).
+def resolve_addresses(host: str) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Every address `host` resolves to (a literal address is itself); raises OSError/UnicodeError."""
+    try:
+        return {ipaddress.ip_address(host.strip("[]"))}
+    except ValueError:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        return {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+
+
+def judge_addresses(host: str, addresses: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> str | None:
+    """Why these addresses of `host` must not be contacted (None: all public).
 
     Every address counts, not just the first: a name with one public and one internal address
     could otherwise be steered to the internal one.
     """
-    try:
-        addresses = {ipaddress.ip_address(host.strip("[]"))}
-    except ValueError:
-        try:
-            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-        except (OSError, UnicodeError) as error:
-            return f"host {host} cannot be resolved ({error})"
-        addresses = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
     for address in sorted(addresses, key=str):
         kind = non_public_kind(address)
         if kind:
@@ -206,13 +211,39 @@ def address_refusal(host: str) -> str | None:
     return None
 
 
-class Scope:
-    """Allow-listed hosts (exact names, or `*.example.com` for subdomains) with public addresses."""
+def _scheme_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, parts.port or DEFAULT_PORTS.get(scheme, 0)
 
-    def __init__(self, allow_hosts: Iterable[str], allow_private: bool):
+
+class AddressRefused(Exception):
+    """Raised at connect time: the host's pinned addresses are not public (and the source does not allow them)."""
+
+
+class Scope:
+    """Where a crawl may go: an allow-listed host (exact name, or `*.example.com` for subdomains)
+    on a seed's scheme and port, at public addresses.
+
+    The origin is scheme + host + port, so a link or redirect to another service on the same host
+    (`127.0.0.1:OTHER`, an admin port) is out of scope even when the host is allowed. The one
+    widening is the usual upgrade: an http seed on port 80 also admits https on port 443. With no
+    seeds, the default ports (80 and 443) are in scope.
+
+    Each host is resolved once per scan and its addresses are pinned: the private-address verdict
+    is made on those addresses, and the crawler's connections go to exactly those addresses
+    (`connect_addresses`), never through a second DNS lookup that a rebinding name could answer
+    differently.
+    """
+
+    def __init__(self, allow_hosts: Iterable[str], allow_private: bool, seeds: Iterable[str] = ()):
         self.allow_hosts = {host.strip().lower().rstrip(".") for host in allow_hosts if host.strip()}
         self.allow_private = allow_private
-        self._address_verdicts: dict[str, str | None] = {}
+        self.ports = {_scheme_port(seed) for seed in seeds} or {("http", 80), ("https", 443)}
+        if ("http", 80) in self.ports:
+            self.ports.add(("https", 443))
+        self._addresses: dict[str, tuple[list[str], str | None]] = {}  # host -> (addresses, why unresolvable)
+        self._lock = threading.Lock()
 
     def host_allowed(self, host: str) -> bool:
         host = host.lower().rstrip(".")
@@ -220,16 +251,86 @@ class Scope:
             return True
         return any(entry.startswith("*.") and host.endswith(entry[1:]) for entry in self.allow_hosts)
 
+    def _pinned(self, host: str) -> tuple[list[str], str | None]:
+        with self._lock:
+            if host not in self._addresses:
+                try:
+                    self._addresses[host] = ([str(a) for a in sorted(resolve_addresses(host), key=str)], None)
+                except (OSError, UnicodeError) as error:
+                    self._addresses[host] = ([], f"host {host} cannot be resolved ({error})")
+            return self._addresses[host]
+
+    def _address_refusal(self, host: str) -> str | None:
+        addresses, unresolvable = self._pinned(host)
+        return unresolvable or judge_addresses(host, map(ipaddress.ip_address, addresses))
+
     def refusal(self, url: str) -> str | None:
-        """Why `url` is out of scope; the allow-list is checked first so off-site names are never resolved."""
+        """Why `url` is out of scope; the allow-list and port are checked first so off-site names are never resolved."""
         host = _host(url)
         if not self.host_allowed(host):
             return f"host {host} is not in allow_hosts"
+        scheme, port = _scheme_port(url)
+        if (scheme, port) not in self.ports:
+            allowed = ", ".join(f"{s}:{p}" for s, p in sorted(self.ports))
+            return f"{scheme} port {port} of {host} is not a seed's scheme and port ({allowed})"
         if self.allow_private:
             return None
-        if host not in self._address_verdicts:
-            self._address_verdicts[host] = address_refusal(host)
-        return self._address_verdicts[host]
+        return self._address_refusal(host)
+
+    def connect_addresses(self, host: str) -> list[str]:
+        """The pinned addresses to connect to for `host`, judged exactly as `refusal` judged them."""
+        addresses, unresolvable = self._pinned(host)
+        if unresolvable:
+            raise OSError(unresolvable)
+        if not self.allow_private:
+            reason = judge_addresses(host, map(ipaddress.ip_address, addresses))
+            if reason:
+                raise AddressRefused(reason)
+        return addresses
+
+
+class _PinnedBackend(httpcore.NetworkBackend):
+    """httpcore's synchronous network backend, connecting to the scope's pinned addresses of a
+    host instead of resolving it again. TLS still verifies and sends SNI for the host name
+    (httpcore passes the URL's host to `start_tls`), and the Host header is the URL's."""
+
+    def __init__(self, scope: Scope):
+        self.scope, self.inner = scope, httpcore.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options=None) -> httpcore.NetworkStream:
+        try:
+            addresses = self.scope.connect_addresses(host)
+        except OSError as error:
+            raise httpcore.ConnectError(str(error)) from None
+        last: Exception | None = None
+        for address in addresses:
+            try:
+                return self.inner.connect_tcp(address, port, timeout=timeout, local_address=local_address, socket_options=socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
+                last = error
+        raise last or httpcore.ConnectError(f"host {host} has no address")
+
+    def connect_unix_socket(self, *args, **kwargs) -> httpcore.NetworkStream:
+        raise httpcore.ConnectError("the crawler never connects to unix sockets")
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+def pinned_transport(scope: Scope) -> httpx.HTTPTransport:
+    """An httpx transport whose connections go to the scope's pinned addresses.
+
+    httpx does not take a network backend, so its connection pool is rebuilt with one (the same
+    settings httpx uses by default). Proxies from the environment are not used: a proxy would
+    resolve names itself, out of reach of the private-address check.
+    """
+    transport = httpx.HTTPTransport(verify=_tls_context())
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=_tls_context(), max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry, network_backend=_PinnedBackend(scope),
+    )
+    return transport
 
 
 # --- Politeness --------------------------------------------------------------------------------------
@@ -352,6 +453,8 @@ class _Crawl:
                     if not response.has_redirect_location:
                         return self._read(current, response)
                     location = response.headers["location"]
+            except AddressRefused as error:
+                raise _FetchError(f"{current} refused: {error}") from None
             except httpx.TimeoutException:
                 raise _FetchError(f"timed out fetching {current}", transient=True) from None
             except (httpx.HTTPError, httpx.InvalidURL) as error:
@@ -617,25 +720,25 @@ class WebConnector:
             if url is None:
                 raise SourceError(f"seed {raw!r} is not an http(s) URL")
             seeds.append(url)
-        scope = Scope(self.source.allow_hosts or [_host(seed) for seed in seeds], self.source.allow_private)
+        scope = Scope(self.source.allow_hosts or [_host(seed) for seed in seeds], self.source.allow_private, seeds)
         for seed in seeds:
             reason = scope.refusal(seed)
             if reason:
                 raise SourceError(f"seed {seed} refused: {reason}")
         return list(dict.fromkeys(seeds)), scope
 
-    def _client(self) -> httpx.Client:
+    def _client(self, scope: Scope) -> httpx.Client:
         return httpx.Client(
             headers={"User-Agent": self.source.user_agent, "Accept": ACCEPT},
             timeout=httpx.Timeout(self.timeout_s),
             verify=_tls_context(),
             follow_redirects=False,  # followed by hand, each hop re-checked
-            transport=self.transport,
+            transport=self.transport or pinned_transport(scope),
         )
 
     def scan(self, previous: Mapping[str, PreviousItem]) -> Iterator[ScanEvent]:
         seeds, scope = self._seeds_and_scope()
-        with self._client() as client:
+        with self._client(scope) as client:
             crawl = _Crawl(self.source, client, scope, self.max_bytes, previous)
             self.refused = crawl.refused
             yield from crawl.run(seeds)

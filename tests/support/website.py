@@ -29,10 +29,10 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class Website:
-    """Serves `root` on a free loopback port; use as a context manager."""
+    """Serves `root` on a free loopback port (or the given loopback address and port); use as a context manager."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0):
+        self.root, self.host, self.port = root, host, port  # another loopback address (127.0.0.2) or a fixed port when asked
         self.redirects: dict[str, str] = {}  # path -> Location (answered with 301)
         self.statuses: dict[str, int] = {}  # path -> status answered instead of the file
         self.delays: dict[str, float] = {}  # path -> seconds to wait before answering
@@ -48,7 +48,7 @@ class Website:
     # lifecycle
 
     def __enter__(self) -> "Website":
-        self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _QuietServer((self.host, self.port), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-website", daemon=True)
         self._thread.start()
         return self
@@ -62,7 +62,7 @@ class Website:
     @property
     def base_url(self) -> str:
         assert self._server is not None, "start the site first (with Website(root) as site)"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self.host}:{self._server.server_address[1]}"
 
     def url(self, path: str = "/") -> str:
         return self.base_url + path
