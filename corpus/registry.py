@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,3 +106,34 @@ class CustomerRegistry:
         tmp.write_text(json.dumps(registered, indent=2, sort_keys=True))
         tmp.replace(self.index_path)
         return config
+
+
+class KnownCustomers:
+    """The names of the valid customers, re-read only when a customer file or the registered
+    index changed (their names, sizes and modification times): a long-running service asks on
+    every request, and a stat per file costs far less than loading and validating every file."""
+
+    def __init__(self, registry: CustomerRegistry | None = None):
+        self.registry = registry or CustomerRegistry()
+        self._lock = threading.Lock()
+        self._cached: tuple[tuple, frozenset[str]] | None = None
+
+    def _signature(self) -> tuple:
+        problems: list[RegistryProblem] = []
+        paths = self.registry._candidate_files(problems) + [self.registry.index_path]
+        signature = []
+        for path in paths:
+            try:
+                info = path.stat()
+            except OSError:
+                signature.append((str(path), None))
+                continue
+            signature.append((str(path), info.st_ino, info.st_size, info.st_mtime_ns))
+        return tuple(signature)
+
+    def names(self) -> frozenset[str]:
+        signature = self._signature()
+        with self._lock:
+            if self._cached is None or self._cached[0] != signature:
+                self._cached = (signature, frozenset(self.registry.customers()))
+            return self._cached[1]

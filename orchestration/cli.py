@@ -194,8 +194,9 @@ def _human_revoked(payload: dict[str, Any]) -> str:
 def cmd_api(args) -> dict[str, Any]:
     from orchestration.runner import serve_search_api
 
-    print(f"search service on http://{args.host}:{args.port} (POST /v1/search, GET /openapi.json)", file=sys.stderr)
-    serve_search_api(args.host, args.port, args.timeout)
+    print(f"search service on http://{args.host}:{args.port} (POST /v1/search, GET /openapi.json); "
+          f"{args.workers} workers, queue {args.queue}", file=sys.stderr)
+    serve_search_api(args.host, args.port, args.timeout, args.workers, args.queue)
     return {"stopped": True}
 
 
@@ -289,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8080)
     api.add_argument("--timeout", type=float, default=60.0, help="seconds one search may take (a model on CPU needs more)")
+    api.add_argument("--workers", type=int, default=4, help="searches that run at once")
+    api.add_argument("--queue", type=int, default=64, help="requests that may wait for a worker; beyond that, 503 with Retry-After")
     add("demo", cmd_demo, _human_demo, "materialize the whole lineage for the offline demo customer")
     search = add("search", cmd_search, _human_search, "ask a customer's search agent a question")
     search.add_argument("customer")

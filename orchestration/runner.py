@@ -228,15 +228,21 @@ def search_service_wiring() -> dict[str, Any]:
         except CliError as error:
             raise IndexUnavailable(str(error)) from None
 
-    return {"known_customers": lambda: set(CustomerRegistry().customers()), "open_index": open_customer,
+    from corpus.registry import KnownCustomers
+
+    return {"known_customers": KnownCustomers().names, "open_index": open_customer,
             "policy_for": lambda customer: served_policy(store, customer)}
 
 
-def serve_search_api(host: str, port: int, timeout_s: float = 60.0) -> None:
+def serve_search_api(host: str, port: int, timeout_s: float = 60.0, workers: int = 4, queue: int = 64) -> None:
     """`searchsmith api`: serve until interrupted."""
     from serving.api import ApiLimits, serve_api
 
-    serve_api(host, port, limits=ApiLimits(search_timeout_s=timeout_s), **search_service_wiring())
+    try:
+        limits = ApiLimits(search_timeout_s=timeout_s, max_concurrent_searches=workers, max_queued_searches=queue)
+    except ValueError as error:
+        raise CliError(f"--workers must be at least 1 and --queue at least 0 ({error})") from None
+    serve_api(host, port, limits=limits, **search_service_wiring())
 
 
 def check_search_api(customer: str, question: str, k: int = 5) -> dict[str, Any]:

@@ -4,12 +4,15 @@ Dependencies (key store, customer registry, index opener, served-policy lookup) 
 by `create_app`, so the app is testable with a small real index and knows nothing of Dagster;
 `searchsmith api` wires the real ones.
 
-Checks run cheapest and least revealing first: the bearer key (401), the body size (413), the
-body itself (422), then whether the key's customer is the one asked for (403, so a key never
-learns which other customers exist), then whether that customer still exists (404). Searches
-block, so each runs on a bounded worker pool with a deadline (504). A search past its deadline
-cannot be killed; it keeps its worker until it ends, and when every worker is busy new
-requests get 503 instead of queueing without bound.
+Checks run cheapest first, and nothing expensive is paid for a request that is turned away:
+the Authorization header and the key's shape (401), the body size (413), the body itself (422),
+then admission to the bounded queue (503 with `Retry-After`, only when every worker is busy and
+the queue is full). An admitted request then pays, on a search worker, for the key's scrypt hash
+(401), whether the key's customer is the one asked for (403, so a key never learns which other
+customers exist, which is why this comes before the next check), whether that customer exists
+(404), and the search itself. Each request has a deadline (504); one still waiting in the queue
+at its deadline is dropped, one already running cannot be killed and keeps its worker until it
+ends.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.json_schema import models_json_schema
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -48,13 +50,17 @@ class ApiLimits:
     max_body_bytes: int = 16_384
     max_query_chars: int = 2_000
     max_k: int = 50
-    search_timeout_s: float = 60.0  # opening the index on a customer's first request counts too
-    max_concurrent_searches: int = 4
+    search_timeout_s: float = 60.0  # from admission to answer: queueing and opening the index count too
+    max_concurrent_searches: int = 4  # search workers (`searchsmith api --workers`)
+    max_queued_searches: int = 64  # admitted requests waiting for a worker (`--queue`); beyond: 503
     index_ttl_s: float | None = 600.0  # reopen after this long, so a resync is picked up; None: never
+    retry_after_s: int = 1  # what a 503 for a full queue tells the client to wait
 
     def __post_init__(self) -> None:
-        if min(self.max_body_bytes, self.max_query_chars, self.max_k, self.max_concurrent_searches) < 1 or self.search_timeout_s <= 0:
+        if min(self.max_body_bytes, self.max_query_chars, self.max_k, self.max_concurrent_searches, self.retry_after_s) < 1 or self.search_timeout_s <= 0:
             raise ValueError(f"every API limit must be positive: {self}")
+        if self.max_queued_searches < 0:
+            raise ValueError(f"the queue length cannot be negative: {self}")
 
 
 class IndexUnavailable(LookupError):
@@ -173,7 +179,8 @@ class IndexCache:
 
 
 class SearchSlots:
-    """Counts running searches, timed-out ones included, against the worker pool's size."""
+    """Counts admitted searches (queued or running, timed-out ones included) against the
+    workers plus the queue."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -204,13 +211,20 @@ class SearchSlots:
 # -- the app -----------------------------------------------------------------------------------
 
 
+def _invalid_key(message: str = "the API key is not valid") -> _ApiError:
+    return _ApiError(401, "invalid_key", message, headers={"WWW-Authenticate": "Bearer"})
+
+
 def _bearer(request: Request) -> str:
+    """The key from the header, if it has a key's shape (a cheap check: no hashing here)."""
     header = request.headers.get("authorization")
     if not header:
         raise _ApiError(401, "missing_key", "send the API key as `Authorization: Bearer <key>`", headers={"WWW-Authenticate": "Bearer"})
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise _ApiError(401, "invalid_key", "the Authorization header must be `Bearer <key>`", headers={"WWW-Authenticate": "Bearer"})
+        raise _invalid_key("the Authorization header must be `Bearer <key>`")
+    if not ApiKeyStore.well_formed(token.strip()):
+        raise _invalid_key()
     return token.strip()
 
 
@@ -249,10 +263,19 @@ def create_app(
     limits: ApiLimits = ApiLimits(),
 ) -> Starlette:
     indexes = IndexCache(open_index, limits.index_ttl_s)
-    slots = SearchSlots(limits.max_concurrent_searches)
+    slots = SearchSlots(limits.max_concurrent_searches + limits.max_queued_searches)
     workers = ThreadPoolExecutor(max_workers=limits.max_concurrent_searches, thread_name_prefix="searchsmith-search")
 
-    def answer(customer: str, query: str, k: int) -> SearchResult:
+    def answer(key: str, customer: str, query: str, k: int) -> SearchResult:
+        """Everything that costs more than parsing, on a search worker: the key's hash, the
+        customer registry, the index and the search."""
+        owner = keys.verify(key)
+        if owner is None:
+            raise _invalid_key()
+        if customer != owner:
+            raise _ApiError(403, "forbidden", f"this key may not search customer {customer!r}")
+        if customer not in known_customers():
+            raise _ApiError(404, "unknown_customer", f"no customer named {customer!r}")
         policy = policy_for(customer)
         try:
             index = indexes.get(customer)
@@ -267,22 +290,18 @@ def create_app(
     async def search(request: Request) -> JSONResponse:
         log = _log_fields(request)
         try:
-            owner = await run_in_threadpool(keys.verify, _bearer(request))
-            if owner is None:
-                raise _ApiError(401, "invalid_key", "the API key is not valid", headers={"WWW-Authenticate": "Bearer"})
+            key = _bearer(request)
             parsed = _parse(await _read_body(request, limits.max_body_bytes), limits)
             log.update(customer=parsed.customer, k=parsed.k)
-            if parsed.customer != owner:
-                raise _ApiError(403, "forbidden", f"this key may not search customer {parsed.customer!r}")
-            if parsed.customer not in await run_in_threadpool(known_customers):
-                raise _ApiError(404, "unknown_customer", f"no customer named {parsed.customer!r}")
             if not slots.try_acquire():
-                raise _ApiError(503, "busy", "every search worker is busy; retry shortly", headers={"Retry-After": "5"})
-            future = workers.submit(answer, parsed.customer, parsed.query, parsed.k)
+                raise _ApiError(503, "busy", "every search worker is busy and the queue is full; retry shortly",
+                                headers={"Retry-After": str(limits.retry_after_s)})
+            future = workers.submit(answer, key, parsed.customer, parsed.query, parsed.k)
             future.add_done_callback(slots.release)
             try:
                 result = await asyncio.wait_for(asyncio.wrap_future(future), limits.search_timeout_s)
             except asyncio.TimeoutError:
+                future.cancel()  # still queued: dropped, and its slot comes back; running: it runs to its end
                 raise _ApiError(504, "timeout", f"the search took longer than {limits.search_timeout_s:g} s") from None
             except IndexUnavailable:
                 raise _ApiError(503, "index_not_built", f"the index of {parsed.customer!r} is not built yet; run `searchsmith sync {parsed.customer}`") from None
@@ -298,7 +317,8 @@ def create_app(
             return _ApiError(500, "internal", "the search failed inside the service; see its log").response()
 
     async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "searches_in_flight": slots.active})
+        return JSONResponse({"status": "ok", "searches_in_flight": slots.active, "workers": limits.max_concurrent_searches,
+                             "queue": limits.max_queued_searches})
 
     async def openapi(request: Request) -> JSONResponse:
         return JSONResponse(openapi_document(limits))
@@ -386,7 +406,7 @@ def openapi_document(limits: ApiLimits = ApiLimits()) -> dict[str, Any]:
             "422": error("malformed body: invalid JSON, wrong types, missing fields, empty query or k out of range"),
             "500": error("internal error"),
             "502": error("the customer's policy (model endpoint) failed"),
-            "503": error("the customer's index is not built yet, or every search worker is busy"),
+            "503": error("the customer's index is not built yet, or every search worker is busy and the queue is full (with Retry-After)"),
             "504": error(f"the search took longer than {limits.search_timeout_s:g} s"),
         },
     }

@@ -150,6 +150,11 @@ class ApiKeyStore:
     def create_key(self, customer: str) -> str:
         return self.create(customer).key
 
+    @staticmethod
+    def well_formed(key: str) -> bool:
+        """Whether `key` has a key's shape (no file read, no hashing): a cheap first filter."""
+        return _KEY.match(key or "") is not None
+
     def verify(self, key: str) -> str | None:
         """The customer the key belongs to, or None for a malformed, unknown, revoked or wrong key."""
         match = _KEY.match(key or "")

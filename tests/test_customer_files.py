@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from corpus.config import STAGE_SECTIONS, CustomerConfigError, load_customer
-from corpus.registry import CustomerRegistry
+from corpus.registry import CustomerRegistry, KnownCustomers
 from serving.api import create_app
 from serving.api_keys import ApiKeyStore
 from tests.test_serving_api import Opener, indexes, records  # noqa: F401 - module fixtures: two real indexes
@@ -51,6 +51,26 @@ def test_registry_lists_every_bad_entry_and_keeps_the_good_customer(tmp_path):
     assert sorted(customers) == ["acme", "other"]  # a non-UTF-8 *file name* is no reason to refuse a valid file
     assert sorted(p.path.name for p in problems) == ["latin1.yaml", "x.yaml"]
     assert registry.get("acme").name == "acme"
+
+
+def test_known_customers_reread_the_files_only_when_they_change(tmp_path):
+    """What the search service asks on every admitted request: a stat per file, a full load only after a change."""
+    folder = bad_customers_folder(tmp_path)
+    scans = []
+
+    class CountingRegistry(CustomerRegistry):
+        def scan(self):
+            scans.append(1)
+            return super().scan()
+
+    known = KnownCustomers(CountingRegistry(home=tmp_path / "home", folder=folder))
+    assert known.names() == {"acme", "other"} and known.names() == {"acme", "other"} and len(scans) == 1
+    (folder / "beta.yaml").write_text(GOOD.replace("acme", "beta"))
+    assert known.names() == {"acme", "beta", "other"} and len(scans) == 2
+    (folder / "acme.yaml").write_text(GOOD + "limitz: 3\n")  # now invalid: acme is no longer served
+    assert known.names() == {"beta", "other"} and len(scans) == 3
+    (folder / "beta.yaml").unlink()
+    assert known.names() == {"other"} and len(scans) == 4
 
 
 def test_a_corrupt_registration_index_is_one_problem(tmp_path):

@@ -24,6 +24,7 @@ from starlette.testclient import TestClient
 from retrieval.chroma_client import persistent_client
 from retrieval.index import IndexNotBuilt
 from serving.api import ApiLimits, IndexCache, create_app
+from serving import api_keys as api_keys_module
 from serving.api_keys import ApiKeyStore, create_key
 from serving.search import PolicyFailed, run_search
 from tests.test_index import DATA, HashEmbedder, chunk_table, make_index
@@ -276,7 +277,7 @@ class GatedIndex:
 
 def test_slow_search_is_504_keeps_its_slot_then_frees_it(keys, issued, indexes, records):
     gated = GatedIndex(indexes["acme"])
-    limits = ApiLimits(search_timeout_s=0.3, max_concurrent_searches=1)
+    limits = ApiLimits(search_timeout_s=0.3, max_concurrent_searches=1, max_queued_searches=0)
     body = {"customer": "acme", "query": records[1]["question"], "k": 2}
     with make_client(keys, {"acme": gated}, limits) as client:
         try:
@@ -290,6 +291,101 @@ def test_slow_search_is_504_keeps_its_slot_then_frees_it(keys, issued, indexes, 
         after = client.post("/v1/search", json=body, headers=auth(issued["acme"]))
     # the slot came back; whether this real search beats the tiny deadline depends on the machine
     assert after.status_code == 200 or after.json()["error"] == "timeout", after.text
+
+
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    """Poll a condition a bounded number of times (the test fails rather than hangs)."""
+    for _ in range(int(timeout_s / 0.02)):
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def test_requests_queue_behind_busy_workers_and_503_only_when_the_queue_is_full(keys, issued, indexes, records):
+    gated = GatedIndex(indexes["acme"])
+    app = create_app(keys, lambda: set(CUSTOMERS), Opener({"acme": gated}), lambda customer: "heuristic",
+                     ApiLimits(max_concurrent_searches=1, max_queued_searches=1, retry_after_s=3))
+    body = {"customer": "acme", "query": records[1]["question"], "k": 2}
+    replies: dict[str, httpx.Response] = {}
+    with served(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+
+        def post(name: str) -> None:
+            replies[name] = http.post("/v1/search", json=body, headers=auth(issued["acme"]))
+
+        threads = {}
+        try:
+            for name, admitted in (("running", 1), ("queued", 2)):
+                threads[name] = threading.Thread(target=post, args=(name,), daemon=True)
+                threads[name].start()
+                wait_until(lambda: app.state.slots.active == admitted)
+            full = http.post("/v1/search", json=body, headers=auth(issued["acme"]))
+            assert http.get("/healthz").json() == {"status": "ok", "searches_in_flight": 2, "workers": 1, "queue": 1}
+        finally:
+            gated.gate.set()
+            for thread in threads.values():
+                thread.join(60)
+    assert full.status_code == 503 and full.json()["error"] == "busy" and full.headers["retry-after"] == "3"
+    assert replies["running"].status_code == 200 and replies["queued"].status_code == 200, {k: r.text for k, r in replies.items()}
+
+
+def test_a_rejected_request_pays_for_no_key_hash_and_no_registry_read(keys, issued, indexes, records, monkeypatch):
+    """Header shape, body size, body and queue admission come before scrypt and the customer registry."""
+    derived, registry_reads = [], []
+    real_derive = api_keys_module._derive
+    monkeypatch.setattr(api_keys_module, "_derive", lambda *args: derived.append(1) or real_derive(*args))
+
+    def known_customers():
+        registry_reads.append(1)
+        return set(CUSTOMERS)
+
+    gated = GatedIndex(indexes["acme"])
+    app = create_app(keys, known_customers, Opener({"acme": gated}), lambda customer: "heuristic",
+                     ApiLimits(max_body_bytes=512, max_concurrent_searches=1, max_queued_searches=0))
+    body = {"customer": "acme", "query": records[1]["question"], "k": 2}
+    with served(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+        running = threading.Thread(target=http.post, args=("/v1/search",), kwargs={"json": body, "headers": auth(issued["acme"])}, daemon=True)
+        try:
+            running.start()
+            wait_until(lambda: app.state.slots.active == 1)
+            wait_until(lambda: len(registry_reads) == 1)  # the admitted search got past its checks
+            derived.clear(), registry_reads.clear()
+            rejected = [
+                http.post("/v1/search", json=body, headers={"Authorization": "Bearer not-a-key"}),
+                http.post("/v1/search", json={**body, "query": "x" * 600}, headers=auth(issued["acme"])),
+                http.post("/v1/search", json={**body, "k": 0}, headers=auth(issued["acme"])),
+                http.post("/v1/search", json=body, headers=auth(issued["acme"])),  # no free worker, no queue
+            ]
+        finally:
+            gated.gate.set()
+            running.join(60)
+    assert [reply.status_code for reply in rejected] == [401, 413, 422, 503]
+    assert derived == [] and registry_reads == []
+
+
+def test_eight_clients_of_twenty_five_requests_are_all_answered(keys, issued, indexes, records):
+    """Loopback load with the heuristic policy and the default limits: nothing is turned away.
+    (Throughput and latency figures: bench/api_load.py; no timing is asserted here.)"""
+    app = create_app(keys, lambda: set(CUSTOMERS), Opener(indexes), lambda customer: "heuristic")
+    questions = [record["question"] for record in records[:3]]
+    statuses: list[int] = []
+    lock = threading.Lock()
+    with served(app) as base:
+
+        def client(number: int) -> None:
+            with httpx.Client(base_url=base, timeout=120) as http:
+                for i in range(25):
+                    body = {"customer": "acme", "query": questions[(number + i) % len(questions)], "k": 3}
+                    status = http.post("/v1/search", json=body, headers=auth(issued["acme"])).status_code
+                    with lock:
+                        statuses.append(status)
+
+        threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+    assert len(statuses) == 200 and set(statuses) == {200}, {status: statuses.count(status) for status in set(statuses)}
 
 
 def test_index_not_built_is_503_and_not_remembered(keys, issued, indexes, records):
