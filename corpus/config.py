@@ -46,6 +46,11 @@ class S3Source(_Strict):
     access_key_env: str | None = None
     secret_key_env: str | None = None
     name: str | None = None
+    # An endpoint that accepts and never answers costs at most about
+    # max_attempts * (connect_timeout_s + read_timeout_s) per request before the source fails.
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(20.0, gt=0)
+    max_attempts: int = Field(3, ge=1, le=10)
 
 
 class GitHubSource(_Strict):

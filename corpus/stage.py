@@ -1,11 +1,12 @@
 """The corpus stage as two calls the assets (and benchmarks) make: sync documents, then chunk.
 
 Artifacts live under the customer's prefix in the artifact store:
-`{customer}/corpus/raw_documents.parquet`, `quarantine.parquet`, `chunks.parquet`.
+`{customer}/corpus/raw_documents.parquet`, `quarantine.parquet`, `source_status.json`, `chunks.parquet`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Callable
@@ -32,6 +33,11 @@ def chunks_key(customer: str) -> str:
     return f"{customer}/corpus/chunks.parquet"
 
 
+def source_status_key(customer: str) -> str:
+    """Each source's status in the last sync (JSON list of `SourceStatus.as_dict()`)."""
+    return f"{customer}/corpus/source_status.json"
+
+
 def sync_customer_documents(
     config: CustomerConfig,
     store: ArtifactStore,
@@ -43,6 +49,7 @@ def sync_customer_documents(
     result = sync_sources(connectors, previous, config.domain, on_event=on_event)
     store.write_parquet(quarantine_key(config.name), result.quarantine)
     store.write_parquet(documents_key(config.name), result.documents)
+    store.write_text(source_status_key(config.name), json.dumps([status.as_dict() for status in result.sources], indent=2))
     return result
 
 

@@ -6,7 +6,8 @@ Every input that could not be fetched or parsed lands in the quarantine table wi
 and is not recorded as synced, so the next run tries it again. That includes an input whose
 name or text no table can hold (a file name that is not UTF-8): one bad item is a quarantine
 row, never the end of the customer's sync. When a whole source cannot be
-listed, its documents are kept as they were (never tombstoned on a failed listing).
+listed, its documents are kept as they were (never tombstoned on a failed listing), and its
+status in `SyncResult.sources` is `failed` with the reason, so callers can report it and fail.
 """
 
 from __future__ import annotations
@@ -66,6 +67,25 @@ class SyncCounts:
         return {k: getattr(self, k) for k in ("added", "changed", "deleted", "unchanged", "quarantined", "fetched")}
 
 
+    def add(self, other: "SyncCounts") -> None:
+        for name in ("added", "changed", "deleted", "unchanged", "quarantined", "fetched"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class SourceStatus:
+    """How one source fared in a sync: `ok`, or `failed` when it could not be listed as a whole
+    (its documents were kept as they were, and `reason` says why)."""
+
+    source: str
+    status: str
+    counts: SyncCounts
+    reason: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "status": self.status, **({"reason": self.reason} if self.reason else {}), **self.counts.as_dict()}
+
+
 @dataclass
 class SyncResult:
     documents: pl.DataFrame
@@ -73,6 +93,11 @@ class SyncResult:
     counts: SyncCounts
     touched_doc_ids: list[str] = field(default_factory=list)  # added or changed this run
     deleted_doc_ids: list[str] = field(default_factory=list)
+    sources: list[SourceStatus] = field(default_factory=list)  # one per connector, in order
+
+    @property
+    def failed_sources(self) -> list[SourceStatus]:
+        return [status for status in self.sources if status.status != "ok"]
 
 
 def empty_documents() -> pl.DataFrame:
@@ -211,24 +236,29 @@ def sync_sources(
     touched: list[str] = []
     deleted: list[str] = []
     live_sources = set()
+    statuses: list[SourceStatus] = []
     for connector in connectors:
         key = connector.source_key
         live_sources.add(key)
         items, previous_rows = _previous_items(previous, key)
-        state = _SourceSync(key, domain, items, previous_rows, counts, stamp)
+        source_counts = SyncCounts()
+        state = _SourceSync(key, domain, items, previous_rows, source_counts, stamp)
         try:
             for event in connector.scan(items):
                 state.apply(event)
                 if on_event:
                     on_event(event.uri)
             state.finish()
+            statuses.append(SourceStatus(key, "ok", source_counts))
         except SourceError as error:
             log.warning("source %s could not be listed: %s", key, error)
-            state.quarantine.append({"source": key, "uri": key, "stage": "list", "reason": str(error), "at": stamp})
-            counts.quarantined += 1
+            state.quarantine = [{"source": key, "uri": key, "stage": "list", "reason": str(error), "at": stamp}]
             # Nothing from a half-finished scan is trusted: keep every previous row of this source.
             state.rows = [row for uri_rows in previous_rows.values() for row in uri_rows]
             state.touched, state.deleted = [], []
+            source_counts = SyncCounts(quarantined=1)  # nothing of the half-finished scan counts
+            statuses.append(SourceStatus(key, "failed", source_counts, str(error)))
+        counts.add(source_counts)
         rows.extend(state.rows)
         quarantine.extend(state.quarantine)
         touched.extend(state.touched)
@@ -240,4 +270,4 @@ def sync_sources(
         counts.deleted += 1
     documents = pl.DataFrame(rows, schema=DOCUMENT_SCHEMA) if rows else empty_documents()
     documents = documents.unique(subset="doc_id", keep="first", maintain_order=True)
-    return SyncResult(documents, pl.DataFrame(quarantine, schema=QUARANTINE_SCHEMA), counts, touched, deleted)
+    return SyncResult(documents, pl.DataFrame(quarantine, schema=QUARANTINE_SCHEMA), counts, touched, deleted, statuses)

@@ -248,7 +248,19 @@ def _invalid_line(problem: dict[str, str]) -> str:
 
 def _human_sync(payload: dict[str, Any]) -> str:
     keys = ("added", "changed", "deleted", "unchanged", "quarantined", "chunks")
-    return f"{payload['customer']}: " + ", ".join(f"{k} {payload[k]}" for k in keys)
+    lines = [f"{payload['customer']}: " + ", ".join(f"{k} {payload[k]}" for k in keys)]
+    for status in payload.get("sources", []):
+        if status["status"] == "ok":
+            counts = ", ".join(f"{k} {status[k]}" for k in keys if k in status)
+            lines.append(f"  ok      {status['source']}: {counts}")
+        else:
+            lines.append(f"  FAILED  {status['source']}: {status.get('reason', '')} (its documents were kept as they were)")
+    return "\n".join(lines)
+
+
+def _sync_exit_code(payload: dict[str, Any]) -> int:
+    """1 when a whole source could not be listed, though the others were synced."""
+    return 1 if payload.get("failed_sources") else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -265,7 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     customers = sub.add_parser("customers", help="register and list customers").add_subparsers(dest="action", required=True)
     add("list", cmd_customers_list, _human_customers, "list customers", customers)
     add("add", cmd_customers_add, _human_customers, "register a customer file", customers).add_argument("file")
-    add("sync", cmd_sync, _human_sync, "incremental resync of a customer's sources").add_argument("customer")
+    sync = add("sync", cmd_sync, _human_sync, "incremental resync of a customer's sources (exit 1 if a source could not be listed)")
+    sync.add_argument("customer")
+    sync.set_defaults(exit_code=_sync_exit_code)
     add("tasks", cmd_tasks, _human_tasks, "generate, verify and split synthetic search tasks").add_argument("customer")
     bench = add("bench", cmd_bench, _human_bench, "benchmark policies on a task file; writes report.json, report.md and plots")
     bench.add_argument("--tasks", required=True, help="external benchmark JSONL (question/answer/paragraphs) or synthetic tasks JSONL")
@@ -318,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
         return 1
     emit(payload, getattr(args, "json", False), args.human)
-    return 0
+    return getattr(args, "exit_code", lambda payload: 0)(payload)
 
 
 if __name__ == "__main__":

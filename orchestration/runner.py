@@ -63,6 +63,13 @@ def run_job(job_name: str, customer: str, tags: dict[str, str] | None = None) ->
 
 
 def run_corpus_resync(customer: str) -> dict[str, Any]:
+    """`searchsmith sync`: counts, each source's status, and `failed_sources` (the CLI exits 1
+    when any source could not be listed; the other sources were still synced and indexed)."""
+    import json
+
+    from orchestration.definitions import defs
+    from corpus.stage import source_status_key
+
     metadata = run_job("corpus_resync", customer)
     documents = metadata.get("raw_documents", {})
     chunks = metadata.get("chunks", {})
@@ -73,6 +80,9 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
     payload["documents"] = int(documents.get("documents", 0))
     if "chroma_index" in metadata:
         payload["index"] = {k: metadata["chroma_index"][k] for k in ("embedded", "deleted", "collection") if k in metadata["chroma_index"]}
+    store = defs.resources["store"].get()
+    payload["sources"] = json.loads(store.read_text(source_status_key(customer)))  # written by this run's raw_documents
+    payload["failed_sources"] = [status["source"] for status in payload["sources"] if status["status"] != "ok"]
     return payload
 
 

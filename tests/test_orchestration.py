@@ -86,3 +86,26 @@ def test_cli_json_contract(customer, searchsmith_home):
     assert "served-model" in error and "failed" in error and "Connection" in error
     human = subprocess.run([*CLI, "search", "acme", "What is item 1 about?", "--policy", down], env=env, capture_output=True, text=True, timeout=600)
     assert human.returncode == 1 and human.stdout == "" and human.stderr.strip().splitlines()[-1].startswith("error: the search policy")
+
+
+def test_sync_reports_each_source_and_exits_1_when_one_cannot_be_listed(customer, searchsmith_home):
+    from orchestration.cli import _human_sync
+
+    with socket.socket() as probe:  # an S3 endpoint that is down
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    (customer / "acme.yaml").write_text(
+        "name: acme\nsources:\n  - {type: local, path: ./docs}\n"
+        f"  - {{type: s3, bucket: gone, endpoint_url: '{endpoint}', access_key_env: T_KEY, secret_key_env: T_SECRET, max_attempts: 1, connect_timeout_s: 2}}\n"
+    )
+    env = {**os.environ, "SEARCHSMITH_CUSTOMERS_DIR": str(customer), "T_KEY": "k", "T_SECRET": "s"}
+    synced = subprocess.run([*CLI, "sync", "acme", "--json"], env=env, capture_output=True, text=True, timeout=900)
+    assert synced.returncode == 1, synced.stderr[-3000:]
+    payload = json.loads(synced.stdout)  # still exactly one JSON object, with the counts
+    assert payload["added"] == 3 and payload["chunks"] >= 3  # the good source was synced and indexed
+    local, s3 = payload["sources"]
+    assert local["source"] == "local:./docs" and local["status"] == "ok" and local["added"] == 3 and local["quarantined"] == 1
+    assert s3["source"] == "s3:gone/" and s3["status"] == "failed" and endpoint in s3["reason"]
+    assert payload["failed_sources"] == ["s3:gone/"]
+    human = _human_sync(payload)
+    assert "FAILED  s3:gone/" in human and "ok      local:./docs" in human

@@ -7,6 +7,8 @@ client, so "unchanged costs no GET" is checked on the wire, not inferred from th
 from __future__ import annotations
 
 import hashlib
+import socket
+import threading
 import uuid
 from types import SimpleNamespace
 
@@ -237,15 +239,59 @@ def test_half_configured_credentials_raise_source_error():
 
 
 def test_unreachable_endpoint_raises_source_error(monkeypatch):
-    monkeypatch.setattr(s3_module, "MAX_ATTEMPTS", 1)
-    monkeypatch.setattr(s3_module, "CONNECT_TIMEOUT_S", 2)
     monkeypatch.setenv(KEY_ENV, "k")
     monkeypatch.setenv(SECRET_ENV, "s")
     (port,) = free_ports(1)  # nothing listens there once the probe socket is closed
     endpoint = f"http://127.0.0.1:{port}"
     with pytest.raises(SourceError) as raised:
-        list(S3Connector(_source(endpoint, "some-bucket"), "s3-test", MAX_BYTES).scan({}))
+        list(S3Connector(_source(endpoint, "some-bucket", max_attempts=1, connect_timeout_s=2), "s3-test", MAX_BYTES).scan({}))
     assert endpoint in str(raised.value) and "some-bucket" in str(raised.value)
+
+
+class SilentEndpoint:
+    """A TCP server on 127.0.0.1 that accepts every connection and never answers (a hung store)."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.accepted.append(connection)  # held open, never read from, never answered
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def __exit__(self, *exc_info) -> None:
+        self.listener.close()
+        for connection in self.accepted:
+            connection.close()
+        self.thread.join(5)
+
+
+def test_an_endpoint_that_never_answers_fails_the_source_after_its_timeouts_and_attempts(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "k")
+    monkeypatch.setenv(SECRET_ENV, "s")
+    silent = SilentEndpoint()
+    with silent as endpoint:
+        source = _source(endpoint, "some-bucket", connect_timeout_s=1, read_timeout_s=1, max_attempts=2)
+        with pytest.raises(SourceError) as raised:
+            list(S3Connector(source, "s3-test", MAX_BYTES).scan({}))
+        attempts = len(silent.accepted)
+    assert "timeout" in str(raised.value).lower() and endpoint in str(raised.value)
+    assert attempts == 2  # the configured attempts, each ended by the read timeout
+    assert S3Source(type="s3", bucket="b").read_timeout_s <= 30 and S3Source(type="s3", bucket="b").max_attempts <= 3  # bounded by default
+
+
+def test_s3_source_timeouts_must_be_positive():
+    with pytest.raises(ValueError):
+        S3Source(type="s3", bucket="b", read_timeout_s=0)
 
 
 @pytest.fixture(scope="module")

@@ -126,6 +126,19 @@ def test_unlistable_source_keeps_documents(tmp_path):
     assert second.counts.deleted == 0 and second.counts.quarantined == 1
     assert second.quarantine["stage"].to_list() == ["list"]
     assert second.documents["text"].to_list() == ["kept"]
+    assert [(status.source, status.status) for status in second.sources] == [("local:corpus", "failed")]
+    assert "not a folder" in second.failed_sources[0].reason and first.sources[0].status == "ok"
+
+
+def test_each_source_has_its_own_status_and_counts(tmp_path):
+    good = tmp_path / "good"
+    make_corpus(good)
+    result = sync_sources([connector(good), LocalConnector(tmp_path / "missing", ["**/*"], [], "local:missing", 1000)], None, "web")
+    statuses = {status.source: status for status in result.sources}
+    assert statuses["local:corpus"].status == "ok" and statuses["local:corpus"].counts.added == 7
+    assert statuses["local:missing"].status == "failed" and statuses["local:missing"].counts.quarantined == 1
+    assert result.counts.added == 7 and result.counts.quarantined == 1
+    assert statuses["local:missing"].as_dict()["reason"] and "reason" not in statuses["local:corpus"].as_dict()
 
 
 def write_bytes_named(folder, raw_name: bytes, data: bytes) -> None:

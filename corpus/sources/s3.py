@@ -36,9 +36,6 @@ DEFAULT_REGION = "us-east-1"
 FETCH_WORKERS = 8
 # In-flight GETs at most; bounds memory to this many objects (each under max_bytes).
 FETCH_WINDOW = 2 * FETCH_WORKERS
-CONNECT_TIMEOUT_S = 10
-READ_TIMEOUT_S = 60
-MAX_ATTEMPTS = 4
 # Content types that say nothing; the parser then goes by the key's suffix instead.
 GENERIC_MEDIA_TYPES = {"", "binary/octet-stream", "application/octet-stream"}
 LISTING_HINTS = {
@@ -73,18 +70,21 @@ def _error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code") or error.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
 
 
-def _client_config(custom_endpoint: bool) -> Config:
-    """Timeouts and standard retries so a flaky store slows a sync down instead of failing it.
+def _client_config(source: S3Source) -> Config:
+    """The source's connect/read timeouts and a few standard retries, so a flaky store slows a
+    sync down instead of failing it, and an endpoint that accepts connections but never answers
+    fails the source in bounded time (about max_attempts x (connect + read timeout) per call)
+    instead of holding the sync for minutes.
 
     S3-compatible stores (SeaweedFS, MinIO, Ceph) want path-style addressing, and several reject
     the newer default request/response checksums, so checksums are only used where required.
     """
     return Config(
-        connect_timeout=CONNECT_TIMEOUT_S,
-        read_timeout=READ_TIMEOUT_S,
-        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        connect_timeout=source.connect_timeout_s,
+        read_timeout=source.read_timeout_s,
+        retries={"total_max_attempts": source.max_attempts, "mode": "standard"},  # the first try counts
         max_pool_connections=FETCH_WORKERS * 2,
-        s3={"addressing_style": "path"} if custom_endpoint else None,
+        s3={"addressing_style": "path"} if source.endpoint_url else None,
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
@@ -127,7 +127,7 @@ class S3Connector:
                 "s3",
                 endpoint_url=self.source.endpoint_url,
                 region_name=self.source.region or DEFAULT_REGION,
-                config=_client_config(bool(self.source.endpoint_url)),
+                config=_client_config(self.source),
             )
         return self._client
 
