@@ -87,6 +87,16 @@ class SearchRequest(BaseModel):
             raise ValueError(f"the query is longer than {limit} characters")
         return value
 
+    @field_validator("k", mode="before")
+    @classmethod
+    def _integral_k(cls, value: Any) -> Any:
+        # JSON Schema's "integer" is any number with a zero fraction, so `"k": 3.0` is valid by the
+        # published document, and strict mode alone answered it 422 (found by the fuzz test). Strings,
+        # booleans and fractions stay errors.
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
     @field_validator("k")
     @classmethod
     def _k(cls, value: int, info: ValidationInfo) -> int:
@@ -329,8 +339,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
+        nonlocal workers
         yield
-        workers.shutdown(wait=False, cancel_futures=True)
+        # A fresh (threadless until used) pool replaces the one shut down, so the same app can be
+        # started again: a shut-down pool refused every later search with a 500 (found by the
+        # schemathesis fuzz test, whose runner ends an ASGI app's lifespan after each test; two
+        # `with TestClient(app)` blocks or a server restarted in-process did the same).
+        stopped, workers = workers, ThreadPoolExecutor(max_workers=limits.max_concurrent_searches, thread_name_prefix="searchsmith-search")
+        stopped.shutdown(wait=False, cancel_futures=True)
 
     app = Starlette(
         routes=[
