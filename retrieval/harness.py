@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, model_validator
 from retrieval.answer import parse_final_answer
 from retrieval.backend import SearchBackend
 from retrieval.compact_view import parse_reference_answer, pruned_reference_marker
-from retrieval.harness_view import View, pruned_marker
+from retrieval.harness_view import MESSAGE_OVERHEAD_TOKENS, View, pruned_marker
 from retrieval.policy_base import EpisodePolicy, Policy, PolicyStep, TokenCounter, ToolCall
 from retrieval.prompts import (
     COMPACT_FORCE_FINAL, COMPACT_MALFORMED_REPLY, FORCE_FINAL, HARD_CUTOFF_ERROR, MALFORMED_REPLY, PRUNE_CHUNKS,
@@ -173,6 +173,10 @@ class Harness:
             search_budget=self.config.search_budget_tokens, grep_limit=self.config.grep_limit,
             max_docs=self.config.max_output_docs, view=self.config.view,
         )
+        notices = "\n" + USAGE_LINE.format(used=self.config.token_budget, budget=self.config.token_budget)
+        if self.config.soft_hint:
+            notices += "\n" + SOFT_HINT.format(percent=round(100 * self.config.soft_threshold))
+        self._notice_tokens = self.counter.count(notices)
         compact = self.config.view == "compact"
         self._force_text = COMPACT_FORCE_FINAL if compact else FORCE_FINAL
         self._malformed_text = COMPACT_MALFORMED_REPLY if compact else MALFORMED_REPLY
@@ -305,13 +309,21 @@ class Harness:
             fetched = {p: future.result() for p, future in futures.items()}
         turn.timings["backend_ms"] = (time.perf_counter() - fetch_start) * 1000 if pending else 0.0
         last_index = -1
-        ceiling = cfg.token_budget - cfg.response_reserve_tokens
+        # What the observation will end with (usage line, hint) is paid for before results are cut.
+        # So is the one-line header every later call of this turn gets even when nothing of it fits.
+        ceiling = cfg.token_budget - cfg.response_reserve_tokens - self._notice_tokens
+        later = [0] * len(calls)
+        for position in range(len(calls) - 2, -1, -1):
+            following = position + 1
+            done = outcomes.get(following)
+            floor = sum(done.part_tokens) if done is not None else self.toolbox.header_floor(calls[following])
+            later[position] = later[following] + floor + MESSAGE_OVERHEAD_TOKENS
         for position, call in enumerate(calls):
             outcome = outcomes.get(position)
             if outcome is None:
-                remaining = max(0, ceiling - used)
+                remaining = max(0, ceiling - used - later[position])
                 outcome = self.toolbox.materialize(call, fetched.get(position, Fetched()), state, view, remaining)
-            used += sum(outcome.part_tokens)
+            used += sum(outcome.part_tokens) + MESSAGE_OVERHEAD_TOKENS
             last_index = view.add_tool_result(call.id, call.name, outcome.parts, outcome.part_tokens)
             # The record keeps the call as the model wrote it (SFT replays it; references stay references).
             outcome.record.arguments, outcome.record.raw_arguments = written[position].arguments, written[position].raw_arguments

@@ -216,10 +216,14 @@ class Toolbox:
                 continue
             shown.append((hit, rendered, tokens))
             used += tokens
-        left_out = len(hits) - len(shown)
-        header = self._header(call, len(shown), used, left_out, len(fetched.hits))
+        header = self._header(call, len(shown), used, len(hits) - len(shown), len(fetched.hits))
+        header_tokens = self.counter.count(header)
+        while shown and used + header_tokens > limit:  # the header counts against the cap too
+            used -= shown.pop()[2]
+            header = self._header(call, len(shown), used, len(hits) - len(shown), len(fetched.hits))
+            header_tokens = self.counter.count(header)
         parts: list[Part] = [header]
-        part_tokens = [self.counter.count(header)]
+        part_tokens = [header_tokens]
         for hit, rendered, tokens in shown:
             parts.append(ChunkPart(hit.chunk_id, hit.doc_id, rendered, tokens))
             part_tokens.append(tokens)
@@ -234,13 +238,23 @@ class Toolbox:
         )
         return Outcome(record, parts, part_tokens)
 
+    def header_floor(self, call: ToolCall) -> int:
+        """Tokens of the longest header this call can get when none of its results fit."""
+        if call.name not in (SEARCH_CORPUS, GREP_CORPUS, READ_DOCUMENT):
+            return 0
+        return self.counter.count(self._header(call, 0, 0, 99, 99))
+
     def _header(self, call: ToolCall, n_shown: int, tokens: int, left_out: int, candidates: int) -> str:
         argument = {SEARCH_CORPUS: "query", GREP_CORPUS: "pattern", READ_DOCUMENT: "doc_id"}[call.name]
         value = str(call.arguments[argument]).replace("\n", " ")[:200]
         head = f'{call.name}({argument}="{value}"): '
         if self.config.view == "compact":  # the reader knows what it asked; ids here would be long hashes
             if n_shown == 0:
-                return f"{call.name}: no new results.\n" if candidates == 0 or call.name != READ_DOCUMENT else f"{call.name}: nothing new.\n"
+                if candidates == 0:
+                    return f"{call.name}: no new results.\n"
+                if call.name == READ_DOCUMENT and left_out == 0:
+                    return f"{call.name}: nothing new.\n"
+                return f"{call.name}: {left_out} new, none fits; prune or answer.\n"
             return f"{call.name}: {n_shown} new.\n"
         if n_shown == 0:
             if candidates == 0:
