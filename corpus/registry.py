@@ -2,6 +2,12 @@
 
 Registered files are remembered by absolute path (not copied), so relative source paths keep
 resolving against the folder the customer file lives in.
+
+`load_customer` validates what corpus/ knows (the top level, sources, chunking, limits); the
+stage sections (`tasks`, `benchmark`, `training`, `serving`) belong to packages corpus/ may not
+import, so a registry takes a `check` that validates the rest: orchestration builds every
+registry with `orchestration.customer_files.check_stage_sections`, and a file it rejects is an
+invalid entry like any other.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from corpus.config import CustomerConfig, CustomerConfigError, load_customer
 
@@ -35,11 +42,22 @@ class RegistryProblem:
     reason: str
 
 
+CustomerCheck = Callable[[CustomerConfig, Path], None]  # raises CustomerConfigError naming the file
+
+
 class CustomerRegistry:
-    def __init__(self, home: Path | None = None, folder: Path | None = None):
+    def __init__(self, home: Path | None = None, folder: Path | None = None, check: CustomerCheck | None = None):
         self.home = home or searchsmith_home()
         self.folder = folder or customers_dir()
         self.index_path = self.home / "customers.json"
+        self.check = check
+
+    def load(self, path: Path) -> CustomerConfig:
+        """One customer file, validated by corpus/ and then by `check` (the stage sections)."""
+        config = load_customer(path)
+        if self.check is not None:
+            self.check(config, path)
+        return config
 
     def _registered(self) -> dict[str, str]:
         if not self.index_path.exists():
@@ -72,7 +90,7 @@ class CustomerRegistry:
         problems: list[RegistryProblem] = []
         for path in self._candidate_files(problems):
             try:
-                config = load_customer(path)
+                config = self.load(path)
             except CustomerConfigError as error:
                 problems.append(RegistryProblem(path, str(error)))
                 continue
@@ -95,7 +113,7 @@ class CustomerRegistry:
 
     def add(self, path: str | Path) -> CustomerConfig:
         path = Path(path).resolve()
-        config = load_customer(path)
+        config = self.load(path)
         registered = self._registered()
         existing = registered.get(config.name)
         if existing and Path(existing) != path and Path(existing).exists():

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from corpus.config import CustomerConfigError
-from corpus.registry import CustomerRegistry, searchsmith_home
+from corpus.registry import searchsmith_home
 from corpus.sources.base import printable_name
+from orchestration.customer_files import customer_registry
 from orchestration.errors import CliError
 
 
@@ -47,7 +48,7 @@ def emit(payload: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]
 
 def cmd_customers_list(args) -> dict[str, Any]:
     """Valid customers by name; every file that cannot be used is listed as invalid, with why."""
-    customers, problems = CustomerRegistry().scan()
+    customers, problems = customer_registry().scan()
     return {
         "customers": sorted(customers),
         "invalid": [printable_name(str(p.path)) for p in problems],
@@ -58,9 +59,9 @@ def cmd_customers_list(args) -> dict[str, Any]:
 def cmd_customers_add(args) -> dict[str, Any]:
     from orchestration.runner import register_partition
 
-    config = CustomerRegistry().add(args.file)
+    config = customer_registry().add(args.file)
     register_partition(config.name)
-    customers, _ = CustomerRegistry().scan()
+    customers, _ = customer_registry().scan()
     return {"added": config.name, "customers": sorted(customers)}
 
 
@@ -205,7 +206,7 @@ def cmd_demo(args) -> dict[str, Any]:
     question through the real search service with the served policy."""
     from orchestration.runner import check_search_api, register_partition, run_job
 
-    config = CustomerRegistry().get("demo")
+    config = customer_registry().get("demo")
     # The question lives in the customer file, which the demo's own-repository source does not
     # index, so the answer cannot come from the code that asks it.
     question = (config.model_extra or {}).get("demo_question") or "What did the Royal Engineers play in 1872?"

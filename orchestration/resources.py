@@ -10,6 +10,7 @@ from pydantic import PrivateAttr
 from corpus.config import CustomerConfig
 from corpus.registry import CustomerRegistry, searchsmith_home
 from corpus.storage import ArtifactStore, open_store
+from orchestration.customer_files import customer_registry
 
 
 class ArtifactStoreResource(dg.ConfigurableResource):
@@ -26,13 +27,15 @@ class ArtifactStoreResource(dg.ConfigurableResource):
 
 
 class CustomersResource(dg.ConfigurableResource):
-    """Finds customer files; `folder` empty means `customers/` beside the code or in the working directory."""
+    """Finds customer files; `folder` empty means `customers/` beside the code or in the working directory.
+    Files are validated whole (every stage section) when loaded, so an asset never starts on a
+    file that a later stage would reject."""
 
     folder: str = ""
     home: str = ""
 
     def registry(self) -> CustomerRegistry:
-        return CustomerRegistry(
+        return customer_registry(
             home=Path(self.home) if self.home else None,
             folder=Path(self.folder) if self.folder else None,
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from corpus.registry import CustomerRegistry
+from orchestration.customer_files import customer_registry
 from orchestration.errors import CliError, JobFailed
 from orchestration.partitions import customers_partitions
 
@@ -49,7 +49,7 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
 
 
 def run_job(job_name: str, customer: str, tags: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    CustomerRegistry().get(customer)  # a clear error for an unknown customer before Dagster starts
+    customer_registry().get(customer)  # a clear error for an unknown customer before Dagster starts
     register_partition(customer)
     from orchestration.definitions import defs
 
@@ -92,7 +92,7 @@ def open_index(customer: str):
     from corpus.stage import chunks_key
     from retrieval.customer_index import embedder_for, open_customer_index
 
-    config = CustomerRegistry().get(customer)
+    config = customer_registry().get(customer)
     store, chroma = defs.resources["store"].get(), defs.resources["chroma"]
     embedder = embedder_for(config.embedding)
     try:
@@ -121,7 +121,7 @@ def run_tasks(customer: str) -> dict[str, Any]:
     from synth.split import apply_splits
 
     run_job("customer_tasks", customer)
-    config = CustomerRegistry().get(customer)
+    config = customer_registry().get(customer)
     settings = task_config(customer, config.domain, config.tasks, str(config.base_dir))
     store = defs.resources["store"].get()
     every = apply_splits(load_tasks(store, synthetic_key(customer)), settings.split_fractions, settings.split_salt)
@@ -139,7 +139,7 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
 
     if stage not in FINETUNE_JOBS:
         raise CliError(f"unknown stage {stage!r}; use sft, rl or all")
-    config = CustomerRegistry().get(customer)  # an unknown customer is named as such, not as "no tasks"
+    config = customer_registry().get(customer)  # an unknown customer is named as such, not as "no tasks"
     training_settings(config)  # a bad `training:` section fails here, before Dagster starts
     store = defs.resources["store"].get()
     if not store.exists(final_tasks_key(customer)):
@@ -163,7 +163,7 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
 def _serving_settings(customer: str):
     from serving.deployment import serving_settings
 
-    return serving_settings(CustomerRegistry().get(customer))
+    return serving_settings(customer_registry().get(customer))
 
 
 def run_serve(customer: str, rollback: bool = False) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def run_serve(customer: str, rollback: bool = False) -> dict[str, Any]:
 def create_api_key(customer: str) -> dict[str, Any]:
     from serving.api_keys import ApiKeyStore
 
-    CustomerRegistry().get(customer)  # keys only for customers that exist
+    customer_registry().get(customer)  # keys only for customers that exist
     issued = ApiKeyStore().create(customer)
     return {"customer": customer, "key": issued.key, "key_id": issued.key_id,
             "note": "shown once: only a salted hash is stored"}
@@ -210,7 +210,7 @@ def list_api_keys(customer: str) -> dict[str, Any]:
 
     keys = ApiKeyStore().list(customer)
     if not keys:
-        CustomerRegistry().get(customer)
+        customer_registry().get(customer)
     return {"customer": customer, "keys": [{"key_id": info.key_id, "created_at": info.created_at} for info in keys]}
 
 
@@ -238,9 +238,9 @@ def search_service_wiring() -> dict[str, Any]:
         except CliError as error:
             raise IndexUnavailable(str(error)) from None
 
-    from corpus.registry import KnownCustomers
+    from orchestration.customer_files import known_customers
 
-    return {"known_customers": KnownCustomers().names, "open_index": open_customer,
+    return {"known_customers": known_customers().names, "open_index": open_customer,
             "policy_for": lambda customer: served_policy(store, customer)}
 
 

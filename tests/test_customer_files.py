@@ -1,5 +1,6 @@
 """Bad customer files: each one is an invalid entry named by its path, never the end of every
-other customer (in the registry, the CLI and the search service); misspelled sections are errors."""
+other customer (in the registry, the CLI and the search service); misspelled keys are errors,
+at the top level and inside every stage section (validated whole when a customer is loaded)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from starlette.testclient import TestClient
 
 from corpus.config import STAGE_SECTIONS, CustomerConfigError, load_customer
 from corpus.registry import CustomerRegistry, KnownCustomers
+from orchestration.customer_files import customer_registry, section_errors, section_models
+from orchestration.resources import CustomersResource
 from serving.api import create_app
 from serving.api_keys import ApiKeyStore
 from tests.test_serving_api import Opener, indexes, records  # noqa: F401 - module fixtures: two real indexes
@@ -101,9 +104,64 @@ def test_every_section_the_repo_uses_is_accepted(tmp_path):
     (tmp_path / "readme.yaml").write_text(example)
     config = load_customer(tmp_path / "readme.yaml")
     assert set(config.model_extra) == {"benchmark", "training", "serving"}
+    assert section_errors(config) == []
     (tmp_path / "all.yaml").write_text(GOOD + "".join(f"{section}: {{}}\n" for section in STAGE_SECTIONS if section != "demo_question")
                                        + "demo_question: Who?\n")
     assert set(load_customer(tmp_path / "all.yaml").model_extra) == set(STAGE_SECTIONS)
+    assert section_errors(load_customer(tmp_path / "all.yaml")) == []
+    demo = customer_registry(home=tmp_path / "home", folder=ROOT / "customers")
+    assert demo.get("demo").name == "demo" and demo.scan()[1] == []  # the whole demo file, every section
+
+
+def test_every_stage_section_has_a_validator():
+    assert set(section_models()) == {"tasks", *STAGE_SECTIONS}
+
+
+# A file with one misspelled key in each stage section, and one in a harness override (a dict
+# the harness would have silently ignored).
+TYPOS = GOOD.replace("acme", "typo") + (
+    "tasks: {max_seed: 20}\n"
+    "benchmark: {k: 5, harness: {max_turn: 3}}\n"
+    "training:\n  base_model: smollm2\n  sft: {max_lenght: 1024, max_steps: 2}\n  rl: {steps: 1, harness: {token_budgt: 2048}}\n"
+    "serving: {promotion: {margn: 0.1}}\n"
+)
+TYPO_PATHS = {
+    "tasks.max_seed": "max_seeds", "benchmark.harness.max_turn": "max_turns", "training.sft.max_lenght": "max_length",
+    "training.rl.harness.token_budgt": "token_budget", "serving.promotion.margn": "margin",
+}
+
+
+def assert_names_every_typo(message: str, path: Path) -> None:
+    assert str(path) in message
+    for key, meant in TYPO_PATHS.items():
+        assert f"{key}: unknown key (did you mean {meant!r}?)" in message, message
+
+
+def test_unknown_nested_keys_are_named_by_path_and_file(tmp_path):
+    folder = tmp_path / "customers"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "acme.yaml").write_text(GOOD)
+    (folder / "typo.yaml").write_text(TYPOS)
+    registry = customer_registry(home=tmp_path / "home", folder=folder)
+    customers, problems = registry.scan()
+    assert list(customers) == ["acme"] and [p.path.name for p in problems] == ["typo.yaml"]
+    assert_names_every_typo(problems[0].reason, folder / "typo.yaml")
+    with pytest.raises(CustomerConfigError) as error:
+        registry.add(folder / "typo.yaml")
+    assert_names_every_typo(str(error.value), folder / "typo.yaml")
+    assert CustomerRegistry(home=tmp_path / "home", folder=folder).get("typo")  # corpus/ alone checks only its own part
+
+
+def test_the_dagster_resource_refuses_a_file_with_an_unknown_nested_key(tmp_path):
+    folder = tmp_path / "customers"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "acme.yaml").write_text(GOOD)
+    (folder / "typo.yaml").write_text(TYPOS)
+    resource = CustomersResource(folder=str(folder), home=str(tmp_path / "home"))
+    assert resource.get("acme").name == "acme"
+    with pytest.raises(CustomerConfigError, match="unknown customer 'typo'") as error:
+        resource.get("typo")
+    assert_names_every_typo(str(error.value), folder / "typo.yaml")
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -122,6 +180,25 @@ def test_cli_lists_bad_files_as_invalid_and_serves_the_good_customer(tmp_path, s
     assert human.returncode == 0 and f"invalid: {folder / 'x.yaml'}: is a folder" in human.stdout
     key = cli(env, "keys", "create", "acme", "--json")
     assert key.returncode == 0 and json.loads(key.stdout)["key"], key.stdout + key.stderr[-2000:]
+
+
+def test_cli_lists_and_refuses_a_file_with_an_unknown_nested_key(tmp_path, searchsmith_home):
+    folder = tmp_path / "customers"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "acme.yaml").write_text(GOOD)
+    (folder / "typo.yaml").write_text(TYPOS)
+    env = {**os.environ, "SEARCHSMITH_CUSTOMERS_DIR": str(folder)}
+    listed = cli(env, "customers", "list", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    payload = json.loads(listed.stdout)
+    assert payload["customers"] == ["acme"] and payload["invalid"] == [str(folder / "typo.yaml")]
+    assert_names_every_typo(payload["problems"][0]["reason"], folder / "typo.yaml")
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text(TYPOS.replace("./docs", str(folder / "docs")))
+    added = cli(env, "customers", "add", str(elsewhere))
+    assert added.returncode == 1 and added.stdout == ""
+    assert_names_every_typo(added.stderr, elsewhere)
+    assert json.loads(cli(env, "customers", "list", "--json").stdout)["customers"] == ["acme"]  # nothing was registered
 
 
 def test_search_service_answers_the_good_customer_beside_bad_files(tmp_path, indexes):  # noqa: F811
