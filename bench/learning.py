@@ -1,0 +1,290 @@
+"""The learning curve of the recipe on real questions it never trained on.
+
+    .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--out DIR] [--work DIR]
+
+What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
+1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
+   Markdown file per distinct paragraph; the file's questions are never written anywhere the
+   pipeline reads);
+2. `sync`, then `tasks` (the offline extractive generator: verified synthetic tasks with a
+   train/dev/test split), then `finetune --stage sft` (the heuristic teacher's trajectories,
+   filtered, replayed in the student's compact view, LoRA SFT of SmolLM2-135M-Instruct) and
+   `finetune --stage rl` (CISPO from the SFT adapter);
+3. evaluates on the first `eval_questions` dev questions (k=5, the pooled-paragraph index of
+   `searchsmith bench`), every row on the same questions and harness: hybrid top-5, the heuristic
+   teacher, the untrained base, SFT and SFT+CISPO (model rows under the SFT checkpoint's profile),
+   then the students on the customer's held-out synthetic test split (mean reward, as RL sees it).
+
+It prints one table (answer found and recall with 95% bootstrap intervals, the share of episodes
+with a parseable final answer, the share of valid tool calls, mean prompt tokens, wall time) and
+writes `learning.json` and the per-row reports under `--out`. Stages that already ran in `--work`
+are reused by the pipeline itself (same inputs, same adapter), so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEV_FILE_CANDIDATES = (REPO.parent / "shared" / "data" / "multihop_dev.jsonl", Path("/work/shared/data/multihop_dev.jsonl"))
+
+
+@dataclass(frozen=True)
+class Size:
+    """One run's scale. The CPU size fits 2 hours on 2 cores, evaluation included."""
+
+    seeds: int  # extractive task seeds (documents the generator starts from)
+    teacher_tasks: int  # train tasks the teacher runs (SFT data)
+    sft_steps: int
+    grad_accum: int
+    rl_steps: int
+    rl_tasks_per_step: int
+    group_size: int
+    eval_questions: int
+    synth_test: int  # held-out synthetic test tasks for the mean-reward comparison
+    max_new_tokens: int  # per model turn, the same for every model row
+    learning_rate: float = 5e-4
+    lora_rank: int = 32
+
+
+SIZES = {
+    "smoke": Size(seeds=60, teacher_tasks=24, sft_steps=12, grad_accum=2, rl_steps=1, rl_tasks_per_step=2, group_size=2,
+                  eval_questions=12, synth_test=8, max_new_tokens=160),
+    "cpu": Size(seeds=400, teacher_tasks=120, sft_steps=40, grad_accum=2, rl_steps=4, rl_tasks_per_step=2, group_size=4,
+                eval_questions=150, synth_test=40, max_new_tokens=160),
+    "gpu": Size(seeds=2000, teacher_tasks=800, sft_steps=400, grad_accum=4, rl_steps=40, rl_tasks_per_step=8, group_size=8,
+                eval_questions=453, synth_test=200, max_new_tokens=256, learning_rate=3e-4),
+}
+
+# The student's harness profile (the compact view) and the turn cap used for every model row.
+PROFILE = {"view": "compact", "token_budget": 4096, "search_budget_tokens": 512, "response_reserve_tokens": 256,
+           "max_turns": 4, "max_output_docs": 5}
+K = 5
+
+
+def dev_file() -> Path:
+    for candidate in DEV_FILE_CANDIDATES:
+        if candidate.is_file():
+            return candidate
+    raise SystemExit(f"multihop_dev.jsonl not found (looked in {', '.join(map(str, DEV_FILE_CANDIDATES))})")
+
+
+def write_corpus(records_path: Path, folder: Path) -> int:
+    """One Markdown file per distinct paragraph (title as heading); no question text anywhere."""
+    from evaluation.external import pooled_documents, read_records
+
+    documents = pooled_documents(read_records(records_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    for row in documents.iter_rows(named=True):
+        body = row["text"][len(row["title"]) + 1:] if row["title"] and row["text"].startswith(row["title"] + "\n") else row["text"]
+        path = folder / f"{row['doc_id']}.md"
+        if not path.exists():
+            path.write_text(f"# {row['title']}\n\n{body}\n", encoding="utf-8")
+    return documents.height
+
+
+def customer_file(work: Path, size: Size, name: str) -> Path:
+    settings = {
+        "name": name, "domain": "web", "schedule": "0 3 * * *",
+        "sources": [{"type": "local", "path": "./corpus", "include": ["**/*.md"], "exclude": []}],
+        "tasks": {"generator": "extractive", "max_seeds": size.seeds, "max_hops": 2, "distractors_per_task": 0},
+        "benchmark": {"k": K},
+        "training": {
+            "base_model": "smollm2",
+            "harness": PROFILE,
+            "teacher": {"policy": "heuristic", "k_rollouts": 1, "max_tasks": size.teacher_tasks, "workers": 1},
+            "lora": {"rank": size.lora_rank, "alpha": 2 * size.lora_rank},
+            "sft": {"max_length": 4096, "max_steps": size.sft_steps, "batch_size": 1, "grad_accum": size.grad_accum,
+                    "learning_rate": size.learning_rate},
+            "rl": {"steps": size.rl_steps, "group_size": size.group_size, "tasks_per_step": size.rl_tasks_per_step,
+                   "substeps": 1, "max_new_tokens": size.max_new_tokens, "rollout_workers": 1, "checkpoint_every": 1,
+                   "learning_rate": 2e-5, "temperature": 1.0},
+        },
+    }
+    path = work / f"{name}.yaml"
+    path.write_text(json.dumps(settings, indent=2), encoding="utf-8")  # JSON is YAML
+    return path
+
+
+def cli(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
+    """One `searchsmith ... --json` step; its stderr goes to the log, its JSON object is returned."""
+    started = time.perf_counter()
+    with log.open("a", encoding="utf-8") as errors:
+        errors.write(f"\n$ searchsmith {' '.join(args)}\n")
+        errors.flush()
+        done = subprocess.run([str(REPO / ".venv" / "bin" / "searchsmith"), *args, "--json"], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=errors, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"searchsmith {' '.join(args)} failed (exit {done.returncode}); see {log}")
+    payload = json.loads(done.stdout)
+    print(f"  searchsmith {' '.join(args)}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return payload
+
+
+def episode_shares(trajectories_file: str) -> dict[str, float]:
+    """Parseable final answers and valid tool calls, read from the saved trajectories."""
+    from retrieval.trajectory import read_jsonl
+
+    trajectories = read_jsonl(trajectories_file)
+    calls = [call for t in trajectories for call in t.tool_call_records()]
+    parsed = sum(1 for t in trajectories if t.final_ranking)
+    return {
+        "parseable_final": parsed / len(trajectories) if trajectories else 0.0,
+        "valid_tool_calls": sum(1 for c in calls if not c.error) / len(calls) if calls else None,
+        "tool_calls": len(calls) / len(trajectories) if trajectories else 0.0,
+    }
+
+
+def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
+    from evaluation.bench import run_benchmark
+
+    started = time.perf_counter()
+    options = {"max_new_tokens": size.max_new_tokens} if spec.startswith("transformers:") else None
+    report = run_benchmark(tasks, backend, [spec], K, out / name, progress=False, workers=1,
+                           harness_overrides=overrides, model_options=options)
+    key = next(iter(report["policies"]))  # the candidate's report name
+    summary = report["policies"][key]
+    row = {
+        "row": name, "policy": spec, "n": summary["n"],
+        "answer_found": summary["answer_found"], "answer_found_ci": summary["intervals"]["answer_found"],
+        "recall": summary["recall"], "recall_ci": summary["intervals"]["recall"],
+        "mean_prompt_tokens": summary.get("mean_prompt_tokens"), "wall_s": round(time.perf_counter() - started, 1),
+        **episode_shares(report["files"]["trajectories"][key]),
+    }
+    print(f"  {name}: answer found {row['answer_found']:.3f}, parseable {row['parseable_final']:.2f}, {row['wall_s']:.0f} s", file=sys.stderr)
+    return row
+
+
+def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -> dict[str, Any]:
+    """Mean reward (the RL reward at the benchmark's k, beta 2) of a student on held-out synthetic tasks."""
+    from evaluation.bench import run_benchmark
+    from evaluation.reward import reward
+    from retrieval.trajectory import read_jsonl
+
+    report = run_benchmark(tasks, backend, [spec], K, out / f"synth-{name}", progress=False, workers=1,
+                           model_options={"max_new_tokens": size.max_new_tokens})
+    key = next(iter(report["policies"]))
+    gold = {task.task_id: task.gold for task in tasks}
+    values = [reward(t, gold[t.task_id], beta=2.0, k=K).reward for t in read_jsonl(report["files"]["trajectories"][key])]
+    from evaluation.bootstrap import bootstrap_mean
+
+    interval = bootstrap_mean(values)
+    return {"row": name, "mean_reward": interval.mean, "ci": [interval.low, interval.high], "n": len(values),
+            "answer_found": report["policies"][key]["answer_found"]}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def ci(value, bounds):
+        return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]" if value is not None else "-"
+
+    lines = ["| row | answer found [95% CI] | recall [95% CI] | parseable final | valid tool calls | tool calls/ep | prompt tokens/ep | wall s |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        valid = f"{r['valid_tool_calls']:.2f}" if r.get("valid_tool_calls") is not None else "-"
+        tokens = f"{r['mean_prompt_tokens']:,.0f}" if r.get("mean_prompt_tokens") is not None else "-"
+        lines.append(f"| {r['row']} | {ci(r['answer_found'], r['answer_found_ci'])} | {ci(r['recall'], r['recall_ci'])} | "
+                     f"{r['parseable_final']:.2f} | {valid} | {r['tool_calls']:.1f} | {tokens} | {r['wall_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="cpu")
+    parser.add_argument("--work", type=Path, default=None, help="the run's home (default .searchsmith/learning-SIZE)")
+    parser.add_argument("--out", type=Path, default=None, help="reports (default WORK/report)")
+    parser.add_argument("--skip-synth", action="store_true", help="skip the synthetic test split comparison")
+    args = parser.parse_args()
+    size = SIZES[args.size]
+    work = (args.work or REPO / ".searchsmith" / f"learning-{args.size}").resolve()
+    out = (args.out or work / "report").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    # This process opens the customer's index too: the same home as the CLI steps.
+    env = {**os.environ, "SEARCHSMITH_HOME": str(work / "home"), "DAGSTER_HOME": str(work / "home" / "dagster"),
+           "SEARCHSMITH_CUSTOMERS_DIR": str(work / "customers")}
+    os.environ.update({k: env[k] for k in ("SEARCHSMITH_HOME", "DAGSTER_HOME", "SEARCHSMITH_CUSTOMERS_DIR")})
+    (work / "home" / "dagster").mkdir(parents=True, exist_ok=True)
+    (work / "customers").mkdir(exist_ok=True)
+    sys.path.insert(0, str(REPO))
+    log = work / "pipeline.log"
+    name = f"learning-{args.size}"
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+
+    print(f"[{args.size}] corpus, tasks and training in {work}", file=sys.stderr)
+    records = dev_file()
+    n_docs = write_corpus(records, work / "customers" / "corpus")
+    customer = customer_file(work / "customers", size, name)
+    stage = time.perf_counter()
+    cli(["customers", "add", str(customer)], env, log)
+    synced = cli(["sync", name], env, log)
+    timings["sync_s"] = time.perf_counter() - stage
+    stage = time.perf_counter()
+    tasks = cli(["tasks", name], env, log)
+    timings["tasks_s"] = time.perf_counter() - stage
+    stage = time.perf_counter()
+    sft = cli(["finetune", name, "--stage", "sft"], env, log)
+    timings["sft_s"] = time.perf_counter() - stage
+    stage = time.perf_counter()
+    rl = cli(["finetune", name, "--stage", "rl"], env, log)
+    timings["rl_s"] = time.perf_counter() - stage
+
+    print(f"[{args.size}] evaluation on {size.eval_questions} dev questions (k={K})", file=sys.stderr)
+    from evaluation.external import load_external_benchmark
+    from retrieval.policies import checkpoint_profile
+
+    bench = load_external_benchmark(records, limit=size.eval_questions)
+    sft_spec, rl_spec = f"transformers:{sft['adapter_path']}", f"transformers:{rl['adapter_path']}"
+    profile = {k: v for k, v in (checkpoint_profile(sft_spec) or {}).items() if k != "prompt_version"}
+    turn_cap = {"max_turns": PROFILE["max_turns"]}
+    stage = time.perf_counter()
+    rows = [
+        run_row("hybrid", "hybrid", bench.tasks, bench.index, out, None, size),
+        run_row("heuristic", "heuristic", bench.tasks, bench.index, out, turn_cap, size),
+        run_row("base", "transformers:smollm2", bench.tasks, bench.index, out, profile, size),
+        run_row("sft", sft_spec, bench.tasks, bench.index, out, turn_cap, size),
+        run_row("sft+cispo", rl_spec, bench.tasks, bench.index, out, turn_cap, size),
+    ]
+    timings["eval_s"] = time.perf_counter() - stage
+
+    synth: list[dict[str, Any]] = []
+    if not args.skip_synth:
+        from evaluation.external import BenchTask  # noqa: F401 - the task type run_benchmark takes
+        from evaluation.synth_tasks import read_synth_tasks, tasks_from_synth
+        from orchestration.runner import open_index
+        from synth.stage import final_tasks_key
+
+        index, chunks = open_index(name)
+        tasks_path = work / "home" / "artifacts" / final_tasks_key(name)
+        held_out = tasks_from_synth(read_synth_tasks(tasks_path, split="test", limit=size.synth_test), chunks)
+        stage = time.perf_counter()
+        synth = [synth_rewards("sft", sft_spec, held_out, index, out, size), synth_rewards("sft+cispo", rl_spec, held_out, index, out, size)]
+        timings["synth_eval_s"] = time.perf_counter() - stage
+    timings["total_s"] = time.perf_counter() - started
+
+    result = {"size": args.size, "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
+              "corpus_documents": n_docs, "sync": synced, "tasks": {k: tasks.get(k) for k in ("generated", "verified", "by_split", "failed")},
+              "sft": {"adapter": sft["adapter_path"], "steps": sft["steps"], "metrics": sft["metrics"]},
+              "rl": {"adapter": rl["adapter_path"], "steps": rl["steps"], "metrics": rl["metrics"]},
+              "rows": rows, "synthetic_test": synth, "timings_s": {k: round(v, 1) for k, v in timings.items()}}
+    (out / "learning.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    print(f"\n## Learning benchmark, size {args.size}: first {size.eval_questions} questions of {records.name}, k={K}\n")
+    print(table(rows))
+    if synth:
+        print("\nHeld-out synthetic test split (mean reward at k=5, beta 2):")
+        for s in synth:
+            print(f"- {s['row']}: {s['mean_reward']:.3f} [{s['ci'][0]:.3f}, {s['ci'][1]:.3f}] over {s['n']} tasks (answer found {s['answer_found']:.3f})")
+    print("\nTimings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    print(f"tasks: {result['tasks']}; SFT {sft['steps']} steps; CISPO {rl['steps']} steps; written to {out / 'learning.json'}")
+
+
+if __name__ == "__main__":
+    main()
