@@ -6,19 +6,7 @@ from assets.benchmark_assets import benchmark_report
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, CustomersResource
 from serving.deployment import promote_best, serving_settings
-
-
-def _decision_table(decision) -> str:
-    lines = ["| candidate | answer found | recall | prompt tokens | n |", "|---|---|---|---|---|"]
-    for c in decision.ranking:
-        recall = "-" if c.recall is None else f"{c.recall:.3f}"
-        tokens = "-" if c.mean_prompt_tokens is None else f"{c.mean_prompt_tokens:,.0f}"
-        lines.append(f"| {c.name} | {c.answer_found:.3f} | {recall} | {tokens} | {c.n or '-'} |")
-    if decision.comparisons:
-        lines += ["", "| suite | metric | candidate | served | delta | regressed |", "|---|---|---|---|---|---|"]
-        lines += [f"| {c.suite} | {c.metric} | {c.candidate:.3f} | {c.served:.3f} | {c.delta:+.3f} | {'yes' if c.regressed else ''} |"
-                  for c in decision.comparisons]
-    return "\n".join(lines)
+from serving.promotion import decision_table
 
 
 @dg.asset(
@@ -42,7 +30,7 @@ def served_model(context: dg.AssetExecutionContext, store: ArtifactStoreResource
         "status": decision.status if decision else "none",
         "reason": outcome.reason,
         "served_policy": served.policy if served else "heuristic (nothing promoted)",
-        "decision": dg.MetadataValue.md(_decision_table(decision)) if decision else "",
+        "decision": dg.MetadataValue.md(decision_table(decision)) if decision else "",
         "numbers": dg.MetadataValue.json(decision.model_dump(mode="json") if decision else {}),
     }
     if served is not None and served.adapter_path:

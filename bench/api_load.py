@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import socket
 import sys
 import tempfile
 import threading
@@ -27,7 +26,6 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,26 +33,12 @@ from retrieval.chroma_client import persistent_client  # noqa: E402
 from serving.api import ApiLimits, create_app  # noqa: E402
 from serving.api_keys import ApiKeyStore  # noqa: E402
 from tests.test_index import DATA, HashEmbedder, chunk_table, make_index  # noqa: E402
+from tests.test_serving_api import served  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else float("nan")
-
-
-def start(app) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(600):
-        if server.started:
-            break
-        time.sleep(0.05)
-    if not server.started:
-        raise SystemExit("the search service did not start")
-    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def run_round(base: str, key: str, questions: list[str], clients: int, requests: int) -> dict:
@@ -111,13 +95,9 @@ def main() -> None:
         key = keys.create_key("acme")
         limits = ApiLimits(max_concurrent_searches=args.workers, max_queued_searches=args.queue)
         app = create_app(keys, lambda: {"acme"}, lambda customer: index, lambda customer: "heuristic", limits)
-        server, thread, base = start(app)
-        try:
+        with served(app) as base:  # the tests' real uvicorn on an ephemeral loopback port
             run_round(base, key, questions, 2, 2)  # warm-up: the index and the policy's first load
             rounds = [run_round(base, key, questions, int(c), args.requests) for c in args.clients.split(",") if c.strip()]
-        finally:
-            server.should_exit = True
-            thread.join(timeout=30)
     if args.json:
         print(json.dumps({"workers": args.workers, "queue": args.queue, "rounds": rounds}))
         return

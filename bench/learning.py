@@ -58,6 +58,9 @@ class Size:
 SIZES = {
     "smoke": Size(seeds=60, teacher_tasks=24, sft_steps=12, grad_accum=2, rl_steps=1, rl_tasks_per_step=2, group_size=2,
                   eval_questions=12, synth_test=8, max_new_tokens=160),
+    # A reduced CPU run (60 questions) for a session that cannot spend the full CPU size's 2 hours.
+    "cpu-short": Size(seeds=200, teacher_tasks=60, sft_steps=30, grad_accum=1, rl_steps=2, rl_tasks_per_step=2, group_size=2,
+                      eval_questions=60, synth_test=20, max_new_tokens=160, learning_rate=1e-3),
     "cpu": Size(seeds=400, teacher_tasks=120, sft_steps=40, grad_accum=2, rl_steps=4, rl_tasks_per_step=2, group_size=4,
                 eval_questions=150, synth_test=40, max_new_tokens=160),
     "gpu": Size(seeds=2000, teacher_tasks=800, sft_steps=400, grad_accum=4, rl_steps=40, rl_tasks_per_step=8, group_size=8,

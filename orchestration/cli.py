@@ -217,7 +217,8 @@ def cmd_demo(args) -> dict[str, Any]:
     answer = check_search_api("demo", question)
     return {
         "customer": "demo", "materialized": sorted(metadata),
-        "served": {"promoted": bool(served.get("promoted")), "reason": served.get("reason", ""), "policy": served.get("served_policy")},
+        "served": {"promoted": bool(served.get("promoted")), "reason": served.get("reason", ""), "policy": served.get("served_policy"),
+                   "gate": served.get("decision") or ""},
         "search": {"question": question, "via": "POST /v1/search", **answer},
     }
 
@@ -227,6 +228,7 @@ def _human_demo(payload: dict[str, Any]) -> str:
     lines = [
         f"materialized for demo: {', '.join(payload['materialized'])}",
         f"gate: {'promoted' if served['promoted'] else 'not promoted'}: {served['reason']}",
+        *([served["gate"]] if served.get("gate") else []),
         f"search service ({payload['search']['via']}, policy {payload['search']['policy']}): {payload['search']['question']}",
         _human_search(payload["search"]),
         "next: `searchsmith keys create demo` and `searchsmith api --port 8080`, then POST /v1/search with the key",

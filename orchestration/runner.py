@@ -228,7 +228,7 @@ def search_service_wiring() -> dict[str, Any]:
     """What the search service needs from the project: customers, their indexes, their served policies."""
     from orchestration.definitions import defs
     from serving.api import IndexUnavailable
-    from serving.deployment import served_policy
+    from serving.deployment import served_checkpoint, served_policy
 
     store = defs.resources["store"].get()
 
@@ -241,7 +241,8 @@ def search_service_wiring() -> dict[str, Any]:
     from orchestration.customer_files import known_customers
 
     return {"known_customers": known_customers().names, "open_index": open_customer,
-            "policy_for": lambda customer: served_policy(store, customer)}
+            "policy_for": lambda customer: served_policy(store, customer),
+            "profile_for": lambda customer: served_checkpoint(store, customer)}
 
 
 def serve_search_api(host: str, port: int, timeout_s: float = 60.0, workers: int = 4, queue: int = 64) -> None:

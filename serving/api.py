@@ -271,7 +271,10 @@ def create_app(
     open_index: Callable[[str], HybridIndex],
     policy_for: Callable[[str], str] = lambda customer: "heuristic",
     limits: ApiLimits = ApiLimits(),
+    profile_for: Callable[[str], str | None] = lambda customer: None,
 ) -> Starlette:
+    """`profile_for(customer)`: the served checkpoint's spec, whose harness profile a policy reached
+    through an endpoint (vLLM) runs under; None when the policy spec carries its own."""
     indexes = IndexCache(open_index, limits.index_ttl_s)
     slots = SearchSlots(limits.max_concurrent_searches + limits.max_queued_searches)
     workers = ThreadPoolExecutor(max_workers=limits.max_concurrent_searches, thread_name_prefix="searchsmith-search")
@@ -292,7 +295,7 @@ def create_app(
         except (LookupError, FileNotFoundError) as error:
             raise IndexUnavailable(str(error)) from error
         try:
-            response = run_search(index, query, policy, k)
+            response = run_search(index, query, policy, k, profile_spec=profile_for(customer))
         except PolicyFailed as error:
             raise _ApiError(502, "policy_failed", "the customer's search policy failed; see the service log") from error
         return SearchResult(customer=customer, policy=policy, documents=response.documents, summary=response.summary)
@@ -449,6 +452,7 @@ def serve_api(
     keys: ApiKeyStore | None = None,
     limits: ApiLimits = ApiLimits(),
     log_level: str = "info",
+    profile_for: Callable[[str], str | None] = lambda customer: None,
 ) -> None:
     """Serve until interrupted (`searchsmith api --host H --port P`); request logs go to stderr as JSON lines."""
     import sys
@@ -461,5 +465,5 @@ def serve_api(
         logger.addHandler(handler)
         logger.setLevel(log_level.upper())
         logger.propagate = False
-    app = create_app(keys or ApiKeyStore(), known_customers, open_index, policy_for, limits)
+    app = create_app(keys or ApiKeyStore(), known_customers, open_index, policy_for, limits, profile_for)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False, timeout_graceful_shutdown=5)

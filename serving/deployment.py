@@ -157,3 +157,10 @@ def served_policy(store: ArtifactStore, customer: str) -> str:
     if manifest is not None and manifest.policy == served.policy:
         return manifest.policy_spec()
     return served.policy
+
+
+def served_checkpoint(store: ArtifactStore, customer: str) -> str | None:
+    """The promoted spec itself (`transformers:ADAPTER` for a checkpoint), whichever way the service
+    reaches it: its adapter's sidecar holds the harness profile the service must run it under."""
+    served = load_served(store, customer)
+    return served.policy if served is not None else None

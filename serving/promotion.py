@@ -242,6 +242,24 @@ def decide(results: Results, served: ServedRecord | None, settings: PromotionSet
                                     f"(served numbers from the {'current report' if source == 'report' else 'served record'})")
 
 
+def decision_table(decision: PromotionDecision) -> str:
+    """The gate's table (Markdown): every eligible candidate with its numbers and, for our own
+    checkpoints, how much training they had (a smoke-sized run says so, so it is not read as a result)."""
+    from retrieval.policies import checkpoint_training
+
+    lines = ["| candidate | answer found | recall | prompt tokens | n | training |", "|---|---|---|---|---|---|"]
+    for c in decision.ranking:
+        recall = "-" if c.recall is None else f"{c.recall:.3f}"
+        tokens = "-" if c.mean_prompt_tokens is None else f"{c.mean_prompt_tokens:,.0f}"
+        training = checkpoint_training(c.name) or "-"
+        lines.append(f"| {c.name} | {c.answer_found:.3f} | {recall} | {tokens} | {c.n or '-'} | {training} |")
+    if decision.comparisons:
+        lines += ["", "| suite | metric | candidate | served | delta | regressed |", "|---|---|---|---|---|---|"]
+        lines += [f"| {c.suite} | {c.metric} | {c.candidate:.3f} | {c.served:.3f} | {c.delta:+.3f} | {'yes' if c.regressed else ''} |"
+                  for c in decision.comparisons]
+    return "\n".join(lines)
+
+
 def adapter_of(spec: str) -> tuple[str | None, str | None]:
     """(adapter_path, base_model) of a policy spec; (None, None) for policies without weights.
 

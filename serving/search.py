@@ -41,13 +41,17 @@ def _documents(ranking: list[RankedDocument], index: HybridIndex, k: int) -> lis
     return documents
 
 
-def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic", k: int = 10, parallel: int = 1, seed: int = 0) -> SearchResponse:
+def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic", k: int = 10, parallel: int = 1, seed: int = 0,
+               profile_spec: str | None = None) -> SearchResponse:
+    """`profile_spec`: the checkpoint whose harness profile to run under when `policy_spec` does not
+    say it (a vLLM-served adapter is reached as `openai:URL#NAME`; its profile is in its sidecar)."""
     if not question.strip():
         raise ValueError("the question is empty")
     if k < 1 or parallel < 1:
         raise ValueError("k and parallel must be at least 1")
-    config = harness_for(policy_spec, max_output_docs=k)  # a checkpoint answers under its own profile
-    options = {"max_new_tokens": config.response_reserve_tokens} if checkpoint_profile(policy_spec) is not None else {}
+    config = harness_for(profile_spec or policy_spec, max_output_docs=k)  # a checkpoint answers under its own profile
+    own_profile = checkpoint_profile(policy_spec) is not None
+    options = {"max_new_tokens": config.response_reserve_tokens} if own_profile else {}
     policy = load_policy(policy_spec, **options)
     with Harness(index, policy, config) as harness:
         if parallel == 1:

@@ -153,3 +153,22 @@ def test_headers_usage_lines_and_hints_never_push_a_view_past_the_budget(tiny_in
         # gets its one-line header, which the reserve absorbs: the view never passes the budget.
         assert usages and all(usage <= budget for usage in usages), (view, usages)
         assert any(turn.hint_shown for turn in trajectory.turns), "the hint was shown and paid for"
+
+
+def test_a_served_checkpoint_reached_through_an_endpoint_runs_under_its_sidecars_profile(tiny_index, tmp_path):
+    """vLLM serves an adapter as `openai:URL#NAME`; the search still runs it under the profile its
+    sidecar records (here with the heuristic standing in for the endpoint's policy)."""
+    import json
+
+    from serving.search import run_search
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "smollm2"}))
+    profile = HarnessConfig(token_budget=9000, search_budget_tokens=300, max_turns=3).profile()
+    (adapter / "searchsmith_adapter.json").write_text(json.dumps({"base_model": "smollm2", "harness_profile": profile}))
+    response = run_search(tiny_index, "Who designed the Alpha Lighthouse?", "heuristic", k=2, profile_spec=f"transformers:{adapter}")
+    config = response.trajectories[0].config
+    assert (config["token_budget"], config["search_budget_tokens"], config["max_turns"], config["max_output_docs"]) == (9000, 300, 3, 2)
+    plain = run_search(tiny_index, "Who designed the Alpha Lighthouse?", "heuristic", k=2).trajectories[0].config
+    assert plain["token_budget"] == 32_768

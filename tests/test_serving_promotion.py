@@ -216,3 +216,27 @@ def test_customers_are_isolated(store):
     assert served_policy_spec(store, "globex") == "heuristic"
     with pytest.raises(ValueError, match="customer"):
         promote(store, "globex", served(SFT, 0.5))
+
+
+def test_the_gate_table_labels_a_smoke_sized_checkpoint(tmp_path):
+    """A few steps of CPU training must not read as a result next to the baselines."""
+    import json
+
+    from serving.promotion import PromotionDecision, RankedCandidate, decision_table
+
+    def adapter(name: str, sidecar: dict) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "smollm2"}))
+        (folder / "searchsmith_adapter.json").write_text(json.dumps({"base_model": "smollm2", "harness_profile": {"view": "compact"}, **sidecar}))
+        return f"transformers:{folder}"
+
+    small = adapter("small", {"kind": "sft", "metrics": {"steps": 6, "tokens": 15_000}})
+    large = adapter("large", {"kind": "sft", "metrics": {"steps": 900, "tokens": 2_000_000}})
+    decision = PromotionDecision(promoted=False, status="margin_not_met", reason="r", ranking=[
+        RankedCandidate(name="heuristic", answer_found=0.75), RankedCandidate(name=small, answer_found=0.1),
+        RankedCandidate(name=large, answer_found=0.5)])
+    rows = {line.split(" | ")[0].strip("| "): line for line in decision_table(decision).splitlines()[2:]}
+    assert "smoke-sized run: SFT, 6 steps, 15,000 tokens" in rows[small]
+    assert "smoke-sized" not in rows[large] and "SFT, 900 steps" in rows[large]
+    assert rows["heuristic"].endswith("| - |")

@@ -39,7 +39,7 @@ def load_policy(spec: str, **options: Any) -> Policy:
     raise ValueError(f"unknown policy {spec!r}; use heuristic, openai:URL#MODEL or transformers:PATH")
 
 
-__all__ = ["checkpoint_profile", "harness_for", "load_policy"]
+__all__ = ["checkpoint_profile", "checkpoint_training", "harness_for", "load_policy"]
 
 
 def checkpoint_profile(spec: str) -> dict[str, Any] | None:
@@ -65,3 +65,27 @@ def harness_for(spec: str, **overrides: Any):
     from retrieval.harness import HarnessConfig
 
     return HarnessConfig.from_profile(checkpoint_profile(spec), **overrides)
+
+
+# Below this many trained tokens a checkpoint is labelled a smoke-sized run wherever it is
+# compared (about an hour of LoRA SFT of SmolLM2 on 2 CPU cores: bench/sft_bench.py).
+SMOKE_SFT_TOKENS = 150_000
+SMOKE_RL_STEPS = 20
+
+
+def checkpoint_training(spec: str) -> str | None:
+    """How much training a checkpoint had, in words, for tables that compare it (None: not ours)."""
+    if checkpoint_profile(spec) is None:
+        return None
+    from retrieval.policies.transformers_policy import read_adapter_sidecar
+
+    rest = spec.partition(":")[2]
+    sidecar = read_adapter_sidecar(rest.partition("+")[2] or rest)
+    if sidecar.get("kind") == "sft":
+        metrics = sidecar.get("metrics") or {}
+        tokens, steps = int(metrics.get("tokens") or 0), metrics.get("steps")
+        smoke = tokens < SMOKE_SFT_TOKENS
+        return f"{'smoke-sized run: ' if smoke else ''}SFT, {steps} steps, {tokens:,} tokens"
+    steps = int(sidecar.get("step") or sidecar.get("total_steps") or 0)
+    smoke = steps < SMOKE_RL_STEPS
+    return f"{'smoke-sized run: ' if smoke else ''}CISPO, {steps} steps of {sidecar.get('config', {}).get('group_size', '?')} rollouts"
