@@ -48,7 +48,14 @@ def best_sentences(text: str, question_terms: set[str], *, max_sentences: int = 
 
 def render_compact_chunk(reference: int, title: str, text: str, question_terms: set[str]) -> str:
     title = " ".join(title.split()) or "untitled"
-    return f"[{reference}] {title}: {best_sentences(text, question_terms)}\n"
+    return f"[{reference}] {title}: {best_sentences(_without_title_line(text, title), question_terms)}\n"
+
+
+def _without_title_line(text: str, title: str) -> str:
+    """The chunk text minus a first line that only repeats the title (`# Title` in Markdown
+    sources): the rendering shows the title once already, and a small window has no tokens to spare."""
+    first, newline, rest = text.lstrip().partition("\n")
+    return rest if newline and " ".join(first.lstrip("# ").split()) == title else text
 
 
 def pruned_reference_marker(reference: int) -> str:

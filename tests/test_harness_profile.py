@@ -172,3 +172,11 @@ def test_a_served_checkpoint_reached_through_an_endpoint_runs_under_its_sidecars
     assert (config["token_budget"], config["search_budget_tokens"], config["max_turns"], config["max_output_docs"]) == (9000, 300, 3, 2)
     plain = run_search(tiny_index, "Who designed the Alpha Lighthouse?", "heuristic", k=2).trajectories[0].config
     assert plain["token_budget"] == 32_768
+
+
+def test_a_markdown_title_line_is_not_shown_twice():
+    from retrieval.compact_view import render_compact_chunk
+
+    rendered = render_compact_chunk(4, "Cecil Parker", "# Cecil Parker\n\nCecil Parker was an English actor.", set())
+    assert rendered == "[4] Cecil Parker: Cecil Parker was an English actor.\n"
+    assert render_compact_chunk(1, "T", "No heading here.", set()) == "[1] T: No heading here.\n"
