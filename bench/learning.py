@@ -56,8 +56,8 @@ class Size:
 
 
 SIZES = {
-    "smoke": Size(seeds=60, teacher_tasks=24, sft_steps=12, grad_accum=2, rl_steps=1, rl_tasks_per_step=2, group_size=2,
-                  eval_questions=12, synth_test=8, max_new_tokens=160),
+    "smoke": Size(seeds=60, teacher_tasks=24, sft_steps=30, grad_accum=1, rl_steps=1, rl_tasks_per_step=2, group_size=2,
+                  eval_questions=12, synth_test=8, max_new_tokens=160, learning_rate=1e-3),
     # A reduced CPU run (60 questions) for a session that cannot spend the full CPU size's 2 hours.
     "cpu-short": Size(seeds=200, teacher_tasks=60, sft_steps=30, grad_accum=1, rl_steps=2, rl_tasks_per_step=2, group_size=2,
                       eval_questions=60, synth_test=20, max_new_tokens=160, learning_rate=1e-3),
