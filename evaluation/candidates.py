@@ -139,10 +139,8 @@ def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness
     if spec.is_baseline:
         return SingleShotBaseline(backend, spec.policy, k)
     from retrieval.harness import Harness
-    from retrieval.policies import checkpoint_profile, harness_for
+    from retrieval.policies import checkpoint_options, harness_for
 
     config = harness_for(spec.policy, **{"max_output_docs": k, **(harness_overrides or {})})
-    options = dict(model_options or {})
-    if checkpoint_profile(spec.policy) is not None:
-        options.setdefault("max_new_tokens", config.response_reserve_tokens)
+    options = checkpoint_options(spec.policy, config, model_options)
     return AgentCandidate(name=spec.name, harness=Harness(backend, resolve_policy(spec.policy, options), config), n=spec.n, spec=spec.policy)

@@ -10,7 +10,7 @@ from typing import Any
 
 from retrieval.harness import Harness
 from retrieval.index import HybridIndex
-from retrieval.policies import checkpoint_profile, harness_for, load_policy
+from retrieval.policies import checkpoint_options, harness_for, load_policy
 from retrieval.trajectory import RankedDocument, Trajectory
 
 
@@ -50,9 +50,7 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
     if k < 1 or parallel < 1:
         raise ValueError("k and parallel must be at least 1")
     config = harness_for(profile_spec or policy_spec, max_output_docs=k)  # a checkpoint answers under its own profile
-    own_profile = checkpoint_profile(policy_spec) is not None
-    options = {"max_new_tokens": config.response_reserve_tokens} if own_profile else {}
-    policy = load_policy(policy_spec, **options)
+    policy = load_policy(policy_spec, **checkpoint_options(policy_spec, config))
     with Harness(index, policy, config) as harness:
         if parallel == 1:
             trajectory = harness.run(question, seed=seed)

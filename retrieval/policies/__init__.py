@@ -39,7 +39,7 @@ def load_policy(spec: str, **options: Any) -> Policy:
     raise ValueError(f"unknown policy {spec!r}; use heuristic, openai:URL#MODEL or transformers:PATH")
 
 
-__all__ = ["checkpoint_profile", "checkpoint_training", "harness_for", "load_policy"]
+__all__ = ["checkpoint_options", "checkpoint_profile", "checkpoint_training", "harness_for", "load_policy"]
 
 
 def checkpoint_profile(spec: str) -> dict[str, Any] | None:
@@ -52,11 +52,16 @@ def checkpoint_profile(spec: str) -> dict[str, Any] | None:
 
     from retrieval.policies.transformers_policy import read_adapter_sidecar
 
-    rest = spec.partition(":")[2]
-    adapter = rest.partition("+")[2] or rest
+    adapter = _adapter_folder(spec)
     if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
         return None
     return read_adapter_sidecar(adapter).get("harness_profile") or None
+
+
+def _adapter_folder(spec: str) -> str:
+    """The adapter folder of `transformers:ADAPTER` or `transformers:BASE+ADAPTER`."""
+    rest = spec.partition(":")[2]
+    return rest.partition("+")[2] or rest
 
 
 def harness_for(spec: str, **overrides: Any):
@@ -65,6 +70,15 @@ def harness_for(spec: str, **overrides: Any):
     from retrieval.harness import HarnessConfig
 
     return HarnessConfig.from_profile(checkpoint_profile(spec), **overrides)
+
+
+def checkpoint_options(spec: str, config: Any, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Policy options for running `spec` under `config`: a checkpoint may write replies as long as
+    its profile's reply reserve unless `options` cap them (other policies get `options` as given)."""
+    options = dict(options or {})
+    if checkpoint_profile(spec) is not None:
+        options.setdefault("max_new_tokens", config.response_reserve_tokens)
+    return options
 
 
 # Below this many trained tokens a checkpoint is labelled a smoke-sized run wherever it is
@@ -79,8 +93,7 @@ def checkpoint_training(spec: str) -> str | None:
         return None
     from retrieval.policies.transformers_policy import read_adapter_sidecar
 
-    rest = spec.partition(":")[2]
-    sidecar = read_adapter_sidecar(rest.partition("+")[2] or rest)
+    sidecar = read_adapter_sidecar(_adapter_folder(spec))
     if sidecar.get("kind") == "sft":
         metrics = sidecar.get("metrics") or {}
         tokens, steps = int(metrics.get("tokens") or 0), metrics.get("steps")
