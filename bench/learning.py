@@ -61,8 +61,9 @@ SIZES = {
     # A reduced CPU run (60 questions) for a session that cannot spend the full CPU size's 2 hours.
     "cpu-short": Size(seeds=200, teacher_tasks=60, sft_steps=30, grad_accum=1, rl_steps=2, rl_tasks_per_step=2, group_size=2,
                       eval_questions=60, synth_test=20, max_new_tokens=160, learning_rate=1e-3),
-    "cpu": Size(seeds=400, teacher_tasks=120, sft_steps=40, grad_accum=2, rl_steps=4, rl_tasks_per_step=2, group_size=4,
-                eval_questions=150, synth_test=40, max_new_tokens=160),
+    # 60 SFT sequences (~1.8K tokens each at ~60 tokens/s) and 150 dev questions per model row.
+    "cpu": Size(seeds=400, teacher_tasks=120, sft_steps=30, grad_accum=2, rl_steps=2, rl_tasks_per_step=2, group_size=4,
+                eval_questions=150, synth_test=30, max_new_tokens=160, learning_rate=1e-3),
     "gpu": Size(seeds=2000, teacher_tasks=800, sft_steps=400, grad_accum=4, rl_steps=40, rl_tasks_per_step=8, group_size=8,
                 eval_questions=453, synth_test=200, max_new_tokens=256, learning_rate=3e-4),
 }
@@ -71,6 +72,9 @@ SIZES = {
 PROFILE = {"view": "compact", "token_budget": 4096, "search_budget_tokens": 512, "response_reserve_tokens": 256,
            "max_turns": 4, "max_output_docs": 5}
 K = 5
+# Concurrent episodes per row: the model's greedy turns are generated in batches across them
+# (`retrieval.policies.generation_batcher`), about 1.7x the throughput of one episode at a time.
+EPISODE_WORKERS = 16
 
 
 def dev_file() -> Path:
@@ -151,7 +155,7 @@ def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str
 
     started = time.perf_counter()
     options = {"max_new_tokens": size.max_new_tokens} if spec.startswith("transformers:") else None
-    report = run_benchmark(tasks, backend, [spec], K, out / name, progress=False, workers=1,
+    report = run_benchmark(tasks, backend, [spec], K, out / name, progress=False, workers=EPISODE_WORKERS,
                            harness_overrides=overrides, model_options=options)
     key = next(iter(report["policies"]))  # the candidate's report name
     summary = report["policies"][key]
@@ -172,7 +176,7 @@ def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -
     from evaluation.reward import reward
     from retrieval.trajectory import read_jsonl
 
-    report = run_benchmark(tasks, backend, [spec], K, out / f"synth-{name}", progress=False, workers=1,
+    report = run_benchmark(tasks, backend, [spec], K, out / f"synth-{name}", progress=False, workers=EPISODE_WORKERS,
                            model_options={"max_new_tokens": size.max_new_tokens})
     key = next(iter(report["policies"]))
     gold = {task.task_id: task.gold for task in tasks}

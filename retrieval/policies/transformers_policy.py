@@ -12,8 +12,9 @@ sampling distribution: `log_softmax(logits / T)` at T > 0 (top-k and top-p are s
 that this is exactly the distribution sampled from), `log_softmax(logits)` for greedy decoding.
 
 Models load lazily on the first turn and are cached per process (keyed by folder, adapter,
-device and dtype), so many episodes and threads share one copy; generation on one model is
-serialised by a lock (torch already uses every core for one sequence on CPU).
+device and dtype), so many episodes and threads share one copy. Greedy turns of concurrent
+episodes are generated together in batches (`generation_batcher`); sampled turns and training
+steps hold the model's lock alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retrieval.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
 from retrieval.policies.tool_parsing import parse_tool_calls
 from retrieval.policy_base import Message, PolicyStep
 
@@ -41,6 +43,16 @@ class LoadedModel:
     pad_token_id: int | None
     max_positions: int | None
     lock: threading.Lock
+    _batcher: GenerationBatcher | None = None
+
+    def batcher(self) -> GenerationBatcher:
+        """The queue that batches this model's greedy turns (created on first use)."""
+        with _CACHE_LOCK:
+            if self._batcher is None:
+                self._batcher = GenerationBatcher(self.model, pad_token_id=self.pad_token_id,
+                                                  eos_token_ids=self.eos_token_ids, lock=self.lock,
+                                                  max_batch=generation_batch_size())
+            return self._batcher
 
 
 _CACHE: dict[tuple[str, str | None, str, str], LoadedModel] = {}
@@ -135,6 +147,22 @@ def cpu_inference_dtype() -> str:
     if configured:
         return configured
     return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
+def generation_batch_size() -> int:
+    """How many greedy turns one batch may hold; `SEARCHSMITH_GENERATION_BATCH=1` turns batching off."""
+    import os
+
+    configured = os.environ.get("SEARCHSMITH_GENERATION_BATCH", "").strip()
+    if not configured:
+        return DEFAULT_MAX_BATCH
+    try:
+        value = int(configured)
+    except ValueError:
+        raise ValueError(f"SEARCHSMITH_GENERATION_BATCH must be a whole number, got {configured!r}") from None
+    if value < 1:
+        raise ValueError(f"SEARCHSMITH_GENERATION_BATCH must be at least 1, got {value}")
+    return value
 
 
 def from_model(model: Any, tokenizer: Any) -> LoadedModel:
@@ -290,9 +318,6 @@ class TransformersPolicy:
 
     def generate(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int, id_prefix: str = "call") -> PolicyStep:
         """One model turn: render, generate, record ids and logprobs, parse tool calls."""
-        import torch
-        from transformers import GenerationConfig
-
         lm = self.loaded()
         prompt = self.render_prompt(messages, tools)
         input_ids = lm.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -303,17 +328,44 @@ class TransformersPolicy:
             if max_new <= 0:
                 return PolicyStep(content=None, prompt_tokens=n_prompt, window_full=True, error=(
                     f"prompt of {n_prompt} tokens leaves no room in the model's {lm.max_positions}-token window"))
-        sample = self.temperature > 0
+        if self.temperature > 0:
+            completion, logits = self._sample(lm, input_ids, max_new, seed)
+        else:
+            turn = lm.batcher().generate(input_ids[0].tolist(), max_new)
+            completion, logits = turn.completion_ids, turn.logits
+        logprobs = completion_logprobs(logits, completion, self.temperature)
+        raw_text = lm.tokenizer.decode(completion, skip_special_tokens=False)
+        text = strip_end_markers(raw_text, lm.tokenizer, lm.eos_token_ids)
+        parsed = parse_tool_calls(text, id_prefix=id_prefix)
+        error = parsed.error
+        if not parsed.tool_calls and parsed.content is None and error is None:
+            error = "empty completion"
+        return PolicyStep(
+            content=parsed.content,
+            tool_calls=parsed.tool_calls,
+            prompt_tokens=n_prompt,
+            completion_tokens=len(completion),
+            completion_token_ids=completion,
+            completion_logprobs=logprobs,
+            raw_text=raw_text,
+            error=error,
+        )
+
+    def _sample(self, lm: LoadedModel, input_ids: Any, max_new: int, seed: int) -> tuple[list[int], Any]:
+        """One sampled turn, alone on the model: its seed makes the rollout reproducible."""
+        import torch
+        from transformers import GenerationConfig
+
         config = GenerationConfig(
             max_new_tokens=max_new,
-            do_sample=sample,
-            temperature=self.temperature if sample else None,
-            top_k=0 if sample else None,
-            top_p=1.0 if sample else None,
+            do_sample=True,
+            temperature=self.temperature,
+            top_k=0,
+            top_p=1.0,
             # Explicit neutral values: fields left None are filled from the model's own
             # generation_config, and any such processor would make the recorded logprobs lie.
-            min_p=0.0 if sample else None,
-            typical_p=1.0 if sample else None,
+            min_p=0.0,
+            typical_p=1.0,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
             min_new_tokens=0,
@@ -337,35 +389,20 @@ class TransformersPolicy:
                 )
             finally:
                 model.train(was_training)
-        completion = out.sequences[0, n_prompt:].tolist()
-        end = next((i + 1 for i, t in enumerate(completion) if t in lm.eos_token_ids), len(completion))
-        completion = completion[:end]
-        logprobs = completion_logprobs(out.logits[:end], completion, self.temperature)
-        raw_text = lm.tokenizer.decode(completion, skip_special_tokens=False)
-        text = strip_end_markers(raw_text, lm.tokenizer, lm.eos_token_ids)
-        parsed = parse_tool_calls(text, id_prefix=id_prefix)
-        error = parsed.error
-        if not parsed.tool_calls and parsed.content is None and error is None:
-            error = "empty completion"
-        return PolicyStep(
-            content=parsed.content,
-            tool_calls=parsed.tool_calls,
-            prompt_tokens=n_prompt,
-            completion_tokens=len(completion),
-            completion_token_ids=completion,
-            completion_logprobs=logprobs,
-            raw_text=raw_text,
-            error=error,
-        )
+        completion = out.sequences[0, input_ids.shape[1]:].tolist()
+        completion = completion[: first_end(completion, set(lm.eos_token_ids))]
+        logits = torch.stack([step[0] for step in out.logits[: len(completion)]]) if completion else None
+        return completion, logits
 
 
-def completion_logprobs(step_logits: Any, token_ids: list[int], temperature: float) -> list[float]:
-    """Log-probability of each sampled token under the distribution it was sampled from."""
+def completion_logprobs(logits: Any, token_ids: list[int], temperature: float) -> list[float]:
+    """Log-probability of each generated token under the distribution it was drawn from
+    (`logits`: one row per token)."""
     import torch
 
     if not token_ids:
         return []
-    logits = torch.stack([step[0] for step in step_logits]).float()
+    logits = logits.float()
     if temperature > 0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)

@@ -1,0 +1,162 @@
+"""Greedy turns of many concurrent episodes generated as one batch on one in-process model.
+
+Why: a small model's decode step costs about the same for eight sequences as for one (the step
+reads every weight and pays the framework's per-step overhead; the arithmetic is small), so
+episodes that run in threads (a benchmark's questions, the search service's requests, an RL
+group) waste most of the machine when each turn holds the model alone. Here each thread queues
+its turn and one worker thread generates the queued turns as a left-padded batch.
+
+Prefill is the other half of a turn's cost and it grows with padding, so a batch only groups
+prompts of similar length (`length_ratio`); the rest wait for the next batch, oldest first.
+
+Only greedy decoding is batched. A sampled turn carries its own seed (what makes an RL rollout
+reproducible), which a shared batch cannot honour; those run alone, as before. Greedy outputs of
+a batched turn can differ from an unbatched one in the last bits of low-precision arithmetic
+(padding changes the kernels' shapes), never in kind.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MAX_BATCH = 8
+DEFAULT_LENGTH_RATIO = 1.5
+GATHER_SECONDS = 0.02  # lets threads that start together land in the first batch
+
+
+@dataclass
+class GreedyTurn:
+    """One queued turn: the prompt's token ids and how many tokens it may add."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    done: threading.Event = field(default_factory=threading.Event)
+    completion_ids: list[int] = field(default_factory=list)
+    logits: Any = None  # [len(completion_ids), vocab], the logits each completion token was chosen from
+    error: BaseException | None = None
+
+
+def pick_batch(pending: list[GreedyTurn], max_batch: int, length_ratio: float) -> list[GreedyTurn]:
+    """The oldest queued turn and the queued turns closest to it in length, while the longest of
+    them is at most `length_ratio` times the shortest (so padding costs at most that factor)."""
+    if not pending:
+        return []
+    anchor = pending[0]
+    chosen = [anchor]
+    shortest = longest = len(anchor.prompt_ids)
+    for turn in sorted(pending[1:], key=lambda t: abs(len(t.prompt_ids) - len(anchor.prompt_ids))):
+        if len(chosen) >= max_batch:
+            break
+        low, high = min(shortest, len(turn.prompt_ids)), max(longest, len(turn.prompt_ids))
+        if high > length_ratio * max(low, 1):
+            continue
+        chosen.append(turn)
+        shortest, longest = low, high
+    return chosen
+
+
+def first_end(token_ids: list[int], end_ids: set[int]) -> int:
+    """Length of the completion up to and including its first end-of-turn token."""
+    return next((i + 1 for i, token in enumerate(token_ids) if token in end_ids), len(token_ids))
+
+
+class GenerationBatcher:
+    """Queues greedy turns for one model and generates them in batches on a worker thread.
+
+    `lock` is the model's own lock: sampled turns and training steps take it too, so a batch
+    never runs while the model is used elsewhere.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        pad_token_id: int | None,
+        eos_token_ids: list[int],
+        lock: threading.Lock,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        length_ratio: float = DEFAULT_LENGTH_RATIO,
+    ):
+        self.model = model
+        self.pad_token_id = pad_token_id if pad_token_id is not None else (eos_token_ids[0] if eos_token_ids else 0)
+        self.eos_token_ids = list(eos_token_ids)
+        self.lock = lock
+        self.max_batch = max(1, max_batch)
+        self.length_ratio = max(1.0, length_ratio)
+        self.batch_sizes: list[int] = []  # one entry per batch run: how well turns were grouped
+        self._pending: list[GreedyTurn] = []
+        self._ready = threading.Condition()
+        self._worker: threading.Thread | None = None
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GreedyTurn:
+        """Queue one turn and wait for it; raises what generation raised."""
+        turn = GreedyTurn(list(prompt_ids), max(1, max_new_tokens))
+        with self._ready:
+            self._pending.append(turn)
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._serve, name="generation-batcher", daemon=True)
+                self._worker.start()
+            self._ready.notify()
+        turn.done.wait()
+        if turn.error is not None:
+            raise turn.error
+        return turn
+
+    def _serve(self) -> None:
+        while True:
+            with self._ready:
+                while not self._pending:
+                    self._ready.wait()
+            time.sleep(GATHER_SECONDS)
+            with self._ready:
+                batch = pick_batch(self._pending, self.max_batch, self.length_ratio)
+                self._pending = [turn for turn in self._pending if turn not in batch]
+            try:
+                self._run(batch)
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting threads
+                for turn in batch:
+                    turn.error = error
+            finally:
+                for turn in batch:
+                    turn.done.set()
+
+    def _run(self, batch: list[GreedyTurn]) -> None:
+        import torch
+        from transformers import GenerationConfig
+
+        width = max(len(turn.prompt_ids) for turn in batch)
+        rows = [[self.pad_token_id] * (width - len(t.prompt_ids)) + t.prompt_ids for t in batch]
+        mask = [[0] * (width - len(t.prompt_ids)) + [1] * len(t.prompt_ids) for t in batch]
+        config = GenerationConfig(
+            max_new_tokens=max(turn.max_new_tokens for turn in batch),
+            do_sample=False,
+            # Explicit neutral values: unset fields are filled from the model's generation_config.
+            temperature=None, top_k=None, top_p=None, repetition_penalty=1.0, no_repeat_ngram_size=0,
+            min_new_tokens=0,
+            eos_token_id=self.eos_token_ids or None,
+            pad_token_id=self.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        device = next(self.model.parameters()).device
+        with self.lock, torch.inference_mode():
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                out = self.model.generate(
+                    input_ids=torch.tensor(rows, device=device),
+                    attention_mask=torch.tensor(mask, device=device),
+                    generation_config=config,
+                )
+            finally:
+                self.model.train(was_training)
+        self.batch_sizes.append(len(batch))
+        end_ids = set(self.eos_token_ids)
+        steps = torch.stack(list(out.logits), dim=1) if out.logits else None  # [batch, steps, vocab]
+        for row, turn in enumerate(batch):
+            generated = out.sequences[row, width:].tolist()[: turn.max_new_tokens]
+            turn.completion_ids = generated[: first_end(generated, end_ids)]
+            turn.logits = steps[row, : len(turn.completion_ids)] if steps is not None else None
