@@ -1,0 +1,125 @@
+"""Greedy turns of concurrent episodes, batched: the same tokens and logprobs as one at a time."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from retrieval.policies.generation_batcher import GenerationBatcher, GreedyTurn, first_end, pick_batch
+
+PROMPTS = [
+    [{"role": "user", "content": "Who founded Acme?"}],
+    [{"role": "user", "content": "Where does the river flow past the mill?"}],
+    [{"role": "user", "content": "When was Acme founded by Jane Roe in Springfield?"}],
+    [{"role": "user", "content": "Mill?"}],
+]
+
+
+def turn(length: int) -> GreedyTurn:
+    return GreedyTurn(list(range(length)), 4)
+
+
+def test_pick_batch_groups_the_oldest_turn_with_turns_of_similar_length():
+    pending = [turn(100), turn(400), turn(120), turn(90), turn(149)]
+    chosen = pick_batch(pending, max_batch=8, length_ratio=1.5)
+    assert chosen[0] is pending[0]  # the oldest always goes
+    assert sorted(len(t.prompt_ids) for t in chosen) == [90, 100, 120]  # 149 > 1.5 * 90 once 90 is in
+    assert pick_batch(pending, max_batch=2, length_ratio=10.0) == [pending[0], pending[3]]  # the closest in length
+    assert pick_batch([], max_batch=8, length_ratio=1.5) == []
+
+
+def test_first_end_cuts_after_the_first_end_token():
+    assert first_end([5, 6, 2, 7, 2], {2}) == 3
+    assert first_end([5, 6], {2}) == 2
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from retrieval.small_model import build_tiny_model
+
+    texts = ["Acme was founded by Jane Roe in 1901 in Springfield.", "The river flows north past the mill."] * 20
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-batch") / "model", texts, seed=11)
+
+
+def _prompt_ids(policy, messages):
+    lm = policy.loaded()
+    return lm.tokenizer(policy.render_prompt(messages, None), add_special_tokens=False)["input_ids"]
+
+
+def test_a_batch_gives_each_turn_the_tokens_and_logits_it_gets_alone(tiny_dir):
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(str(tiny_dir), max_new_tokens=12, dtype="float32")
+    lm = policy.loaded()
+    prompts = [_prompt_ids(policy, messages) for messages in PROMPTS]
+    alone = GenerationBatcher(lm.model, pad_token_id=lm.pad_token_id, eos_token_ids=lm.eos_token_ids,
+                              lock=threading.Lock(), max_batch=1)
+    together = GenerationBatcher(lm.model, pad_token_id=lm.pad_token_id, eos_token_ids=lm.eos_token_ids,
+                                 lock=threading.Lock(), max_batch=8, length_ratio=10.0)
+    # Different caps in one batch: each turn stops at its own.
+    caps = [12, 5, 12, 8]
+    expected = [alone.generate(ids, cap) for ids, cap in zip(prompts, caps)]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda pair: together.generate(*pair), zip(prompts, caps)))
+    assert alone.batch_sizes == [1, 1, 1, 1]
+    assert max(together.batch_sizes) > 1 and sum(together.batch_sizes) == len(prompts)
+    for one, batched, cap in zip(expected, got, caps):
+        assert 0 < len(batched.completion_ids) <= cap
+        assert batched.completion_ids == one.completion_ids
+        assert batched.logits.shape == one.logits.shape
+        assert batched.logits.float().allclose(one.logits.float(), atol=1e-4)
+
+
+def test_concurrent_episodes_record_the_logprobs_of_a_forward_pass(tiny_dir):
+    """Through the policy: threads' greedy turns are batched, and each step's recorded logprobs
+    are those of its own tokens under a plain forward pass of its own prompt."""
+    import torch
+
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(str(tiny_dir), max_new_tokens=10, dtype="float32")
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        steps = list(pool.map(lambda messages: policy.new_episode("q").act(messages, []), PROMPTS))
+    lm = policy.loaded()
+    for messages, step in zip(PROMPTS, steps):
+        prompt = _prompt_ids(policy, messages)
+        assert step.prompt_tokens == len(prompt)
+        ids = torch.tensor([prompt + step.completion_token_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(lm.model(ids).logits[0, len(prompt) - 1:-1].float(), -1)
+        forward = logp.gather(1, torch.tensor(step.completion_token_ids).unsqueeze(1)).squeeze(1).tolist()
+        assert forward == pytest.approx(step.completion_logprobs, abs=1e-4)
+
+
+def test_a_failing_batch_raises_in_every_waiting_thread(tiny_dir, monkeypatch):
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(str(tiny_dir), max_new_tokens=4, dtype="float32")
+    lm = policy.loaded()
+    batcher = GenerationBatcher(lm.model, pad_token_id=lm.pad_token_id, eos_token_ids=lm.eos_token_ids,
+                                lock=threading.Lock(), max_batch=4)
+
+    def broken(**_kwargs):
+        raise RuntimeError("out of memory in generate")
+
+    monkeypatch.setattr(lm.model, "generate", broken)
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(batcher.generate, [1, 2, 3], 4) for _ in range(3)]
+        for future in futures:
+            with pytest.raises(RuntimeError, match="out of memory"):
+                future.result(timeout=60)
+
+
+def test_batch_size_setting_is_validated(monkeypatch):
+    from retrieval.policies.transformers_policy import generation_batch_size
+
+    monkeypatch.setenv("SEARCHSMITH_GENERATION_BATCH", "1")
+    assert generation_batch_size() == 1
+    monkeypatch.setenv("SEARCHSMITH_GENERATION_BATCH", "zero")
+    with pytest.raises(ValueError, match="SEARCHSMITH_GENERATION_BATCH"):
+        generation_batch_size()
+    monkeypatch.setenv("SEARCHSMITH_GENERATION_BATCH", "0")
+    with pytest.raises(ValueError, match="at least 1"):
+        generation_batch_size()
