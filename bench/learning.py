@@ -1,6 +1,6 @@
 """The learning curve of the recipe on real questions it never trained on.
 
-    .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--out DIR] [--work DIR]
+    .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--out DIR] [--work DIR]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
 1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
@@ -98,11 +98,12 @@ def write_corpus(records_path: Path, folder: Path) -> int:
     return documents.height
 
 
-def customer_file(work: Path, size: Size, name: str) -> Path:
+def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze") -> Path:
     settings = {
         "name": name, "domain": "web", "schedule": "0 3 * * *",
         "sources": [{"type": "local", "path": "./corpus", "include": ["**/*.md"], "exclude": []}],
-        "tasks": {"generator": "extractive", "max_seeds": size.seeds, "max_hops": 2, "distractors_per_task": 0},
+        "tasks": {"generator": "extractive", "question_style": question_style, "max_seeds": size.seeds, "max_hops": 2,
+                  "distractors_per_task": 0},
         "benchmark": {"k": K},
         "training": {
             "base_model": "smollm2",
@@ -208,9 +209,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="the run's home (default .searchsmith/learning-SIZE)")
     parser.add_argument("--out", type=Path, default=None, help="reports (default WORK/report)")
     parser.add_argument("--skip-synth", action="store_true", help="skip the synthetic test split comparison")
+    parser.add_argument("--question-style", choices=("cloze", "natural"), default="cloze",
+                        help="wording of the offline synthetic questions (synth.extractive); the run's home is "
+                             "suffixed with it unless cloze")
     args = parser.parse_args()
     size = SIZES[args.size]
-    work = (args.work or REPO / ".searchsmith" / f"learning-{args.size}").resolve()
+    label = args.size if args.question_style == "cloze" else f"{args.size}-{args.question_style}"
+    work = (args.work or REPO / ".searchsmith" / f"learning-{label}").resolve()
     out = (args.out or work / "report").resolve()
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -222,14 +227,14 @@ def main() -> None:
     (work / "customers").mkdir(exist_ok=True)
     sys.path.insert(0, str(REPO))
     log = work / "pipeline.log"
-    name = f"learning-{args.size}"
+    name = f"learning-{label}"
     timings: dict[str, float] = {}
     started = time.perf_counter()
 
     print(f"[{args.size}] corpus, tasks and training in {work}", file=sys.stderr)
     records = dev_file()
     n_docs = write_corpus(records, work / "customers" / "corpus")
-    customer = customer_file(work / "customers", size, name)
+    customer = customer_file(work / "customers", size, name, args.question_style)
     stage = time.perf_counter()
     cli(["customers", "add", str(customer)], env, log)
     synced = cli(["sync", name], env, log)
@@ -277,13 +282,13 @@ def main() -> None:
         timings["synth_eval_s"] = time.perf_counter() - stage
     timings["total_s"] = time.perf_counter() - started
 
-    result = {"size": args.size, "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
+    result = {"size": args.size, "question_style": args.question_style, "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
               "corpus_documents": n_docs, "sync": synced, "tasks": {k: tasks.get(k) for k in ("generated", "verified", "by_split", "failed")},
               "sft": {"adapter": sft["adapter_path"], "steps": sft["steps"], "metrics": sft["metrics"]},
               "rl": {"adapter": rl["adapter_path"], "steps": rl["steps"], "metrics": rl["metrics"]},
               "rows": rows, "synthetic_test": synth, "timings_s": {k: round(v, 1) for k, v in timings.items()}}
     (out / "learning.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    print(f"\n## Learning benchmark, size {args.size}: first {size.eval_questions} questions of {records.name}, k={K}\n")
+    print(f"\n## Learning benchmark, size {args.size}, {args.question_style} synthetic questions: first {size.eval_questions} questions of {records.name}, k={K}\n")
     print(table(rows))
     if synth:
         print("\nHeld-out synthetic test split (mean reward at k=5, beta 2):")

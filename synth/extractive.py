@@ -15,6 +15,17 @@ real task:
   verifier must accept them; whatever it rejects is kept with the reason.
 Every task records `generator="extractive"`. Choices are seeded per seed document, so a run is
 deterministic and does not depend on the order seeds are processed in.
+
+Two question styles (`question_style`):
+- `cloze` (the default): masked clues plus a templated question ("Which name does [X2] stand
+  for in the clues?"). Hard to search, far from how people ask.
+- `natural`: a wh-question in the words of the documents, closer to how people ask: the subject
+  keeps its name, the answer becomes a wh-phrase in place ("... a cargo flight from what to
+  Cincinnati?"), nothing is blurred. A bridged task first states the earlier hop
+  with its answer called X, then asks about X ("Air Tahoma Flight 185 was a cargo flight from X
+  to Cincinnati. Along with other suburbs in what, Olive Branch ... from central X?"), since
+  naming the bridge would skip the hop. Same hops, documents, answers and verification as the
+  cloze style; only the words the agent is given differ.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Literal
 
 from synth.corpus_view import CorpusView
 from synth.facts import Span, answer_spans, entity_key, fact_sentences, obfuscate_dates
@@ -30,6 +42,10 @@ from synth.packs import PromptPack
 from synth.schema import BridgingItem, SupportingItem, SynthTask
 
 GENERATOR = "extractive"
+QuestionStyle = Literal["cloze", "natural"]
+QUESTION_STYLES: tuple[str, ...] = ("cloze", "natural")
+BRIDGE_NAMES = ("X", "Y", "Z", "W", "V", "U", "T", "S")  # hop i's answer, named in the statements after it
+PRONOUN_SUBJECTS = {"He": "", "She": "", "It": "", "They": "", "His": "'s", "Her": "'s", "Its": "'s", "Their": "'s"}
 MIN_NAME_CHARS = 4
 MAX_BRIDGE_CANDIDATES = 40
 
@@ -133,7 +149,10 @@ class ExtractiveGenerator:
     """Build the chain of tasks (levels 0..max_hops-1) grown from one seed document."""
 
     def __init__(self, corpus: CorpusView, pack: PromptPack, *, max_hops: int = 4, seed: int = 0,
-                 exclude_kinds: tuple[str, ...] = ("code",)):
+                 exclude_kinds: tuple[str, ...] = ("code",), question_style: QuestionStyle = "cloze"):
+        if question_style not in QUESTION_STYLES:
+            raise ValueError(f"unknown question_style {question_style!r} (known: {', '.join(QUESTION_STYLES)})")
+        self.question_style = question_style
         self.corpus = corpus
         self.pack = pack
         self.max_hops = max(1, max_hops)
@@ -247,6 +266,9 @@ class ExtractiveGenerator:
         return re.sub(r"\x00(\d+)\x00", lambda m: slots[int(m.group(1))], text)
 
     def _assemble(self, hops: list[Hop], rng: random.Random, parent: str | None) -> SynthTask:
+        template_choice = rng.randrange(1 << 16)  # drawn in both styles, so both choose the same hops
+        if self.question_style == "natural":
+            return self._assemble_natural(hops, parent)
         level = len(hops) - 1
         tokens = [f"[X{i + 1}]" for i in range(len(hops))]
         values = [(hop.answer.text, token) for hop, token in zip(hops, tokens)]
@@ -272,7 +294,7 @@ class ExtractiveGenerator:
         task = SynthTask(
             level=level,
             clues=clues,
-            question=self.pack.extractive_question(answer.kind, tokens[-1], rng.randrange(1 << 16)),
+            question=self.pack.extractive_question(answer.kind, tokens[-1], template_choice),
             truth=answer.text,
             truth_type=answer.kind,
             supporting_items=items,
@@ -283,3 +305,71 @@ class ExtractiveGenerator:
             domain=self.pack.domain,
         )
         return task.with_id()
+
+    def _assemble_natural(self, hops: list[Hop], parent: str | None) -> SynthTask:
+        """Earlier hops as statements whose answer is called X (then Y, ...), then the last hop's
+        fact sentence as a question, its answer turned into a wh-phrase in place."""
+        level = len(hops) - 1
+        subject = self.corpus.title(hops[0].doc_id)
+        parts, items = [], []
+        for i, hop in enumerate(hops):
+            final = i == level
+            # The wh-phrase first: the answer's offsets are offsets into the untouched sentence.
+            text = wh_in_place(hop.fact, hop.answer) if final else _word_pattern(hop.answer.text).sub(BRIDGE_NAMES[i], hop.fact)
+            if i > 0:  # the sentence names the previous hop's answer: that is the previous statement's name
+                text = _word_pattern(hops[i - 1].answer.text).sub(BRIDGE_NAMES[i - 1], text)
+            if i == 0:  # later hops stay unnamed: naming their document would skip the hop before
+                text = name_the_subject(text, subject)
+            text = text.rstrip().rstrip(".;:,")
+            text = f"{text}?" if final else f"{text}."
+            parts.append(text)
+            items.append(SupportingItem(
+                id=hop.doc_id,
+                reasoning=("holds the answer" if final else f"names {BRIDGE_NAMES[i]}, the answer of hop {i + 1}"),
+                clue_quotes=[text],
+                item_quotes=[hop.fact],
+                contains_truth=final,
+                truth_quotes=[hop.fact] if final else [],
+            ))
+        question = " ".join(parts)
+        answer = hops[-1].answer
+        bridging = None
+        if level:
+            bridging = BridgingItem(id=hops[-1].doc_id, relevant_prev_id=hops[-2].doc_id,
+                                    reasoning=f"names {hops[-2].answer.text}, the previous hop's answer")
+        task = SynthTask(
+            level=level, clues=[question], question=question, truth=answer.text, truth_type=answer.kind,
+            supporting_items=items, bridging_item=bridging, parent_id=parent, seed_doc_id=hops[0].doc_id,
+            generator=GENERATOR, domain=self.pack.domain,
+        )
+        return task.with_id()
+
+
+def wh_in_place(sentence: str, answer: Span) -> str:
+    """`sentence` with its answer replaced by the wh-phrase a person would put there: "in 1981"
+    -> "in what year", "91 films" -> "how many films", a name -> "what"."""
+    before, after = sentence[: answer.start], sentence[answer.end:]
+    before = re.sub(r"(?i)(^|\s)(?:the|an?)\s+$", r"\1", before)  # "in the United States" -> "in what"
+    if answer.kind == "date":
+        phrase = "what date"
+    elif answer.kind == "year":
+        phrase = "what year"
+    elif answer.kind == "number":
+        phrase = "how many" if re.match(r"\s+[a-z]", after) else "what number"
+    else:
+        phrase = "what"
+    if not before.strip():
+        phrase = phrase[:1].upper() + phrase[1:]
+    return before + phrase + after
+
+
+def name_the_subject(sentence: str, title: str) -> str:
+    """A question must name what it is about: a sentence that opens with a pronoun gets the
+    document's title in its place ("It peaked ..." -> "Icehouse (song) peaked ..."); one that
+    never names its subject is introduced by it ("About Icehouse (song): In the ...")."""
+    if not title or any(_mentions(sentence, name) for name in subject_names(title)):
+        return sentence
+    first, _, rest = sentence.partition(" ")
+    if first in PRONOUN_SUBJECTS and rest:
+        return f"{title}{PRONOUN_SUBJECTS[first]} {rest}"
+    return f"About {title}: {sentence}"

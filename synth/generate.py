@@ -37,7 +37,7 @@ from synth.corpus_view import CorpusView
 from synth.distractors import attach_distractors
 from synth.explore import LoopSettings, ToolRunner, run_tool_loop, seed_message
 from synth.extraction import llm_answer_checker, verify_by_extraction
-from synth.extractive import ExtractiveGenerator
+from synth.extractive import ExtractiveGenerator, QuestionStyle
 from synth.llm import TeacherLLM
 from synth.packs import PromptPack, load_pack, pack_fingerprint
 from synth.records import SeedRecords
@@ -58,6 +58,8 @@ class TaskGenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     generator: Literal["extractive", "llm"] = "extractive"
+    # The offline generator's wording: masked clues (`cloze`) or wh-questions (`natural`); see synth.extractive.
+    question_style: QuestionStyle = "cloze"
     domain: Domain = "web"
     seed: int = 0
     max_seeds: int = Field(200, ge=1)
@@ -86,6 +88,8 @@ class TaskGenConfig(BaseModel):
         keys = ("generator", "domain", "seed", "max_hops", "docs_per_task", "extraction_attempts", "max_turns",
                 "search_k", "read_chars", "verify_doc_chars")
         body = {key: getattr(self, key) for key in keys} | {"model": model, "pack": pack_fingerprint(self.domain)}
+        if self.question_style != "cloze":  # cloze runs keep the fingerprints (and resumable seeds) they had
+            body["question_style"] = self.question_style
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -147,7 +151,7 @@ def _failed(seed_doc_id: str, level: int, reason: str, detail: str, config: Task
 def synthesize_extractive(corpus: CorpusView, config: TaskGenConfig, pack: PromptPack | None = None) -> SynthesisResult:
     """Offline tasks, verified by code; a chain stops at its first task that fails."""
     generator = ExtractiveGenerator(corpus, pack or load_pack(config.domain), max_hops=config.max_hops, seed=config.seed,
-                                    exclude_kinds=config.excluded_kinds())
+                                    exclude_kinds=config.excluded_kinds(), question_style=config.question_style)
     seeds = select_seeds(generator.eligible_seeds(), config.seed, config.max_seeds)
     result = SynthesisResult([], seeds=len(seeds))
     for seed_doc_id in seeds:

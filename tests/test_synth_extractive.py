@@ -134,3 +134,52 @@ def test_extractive_on_multihop_dev_paragraphs():
     assert {0, 1, 2} <= levels
     passed, details = supporting_quotes_found(verified, corpus)
     assert passed, details
+
+
+def test_natural_questions_ask_in_the_documents_words(demo_frames):
+    """The natural style: same hops, documents and answers as the cloze style, but one
+    wh-question that names its subject, with no masks, no "Clues:" and the answer nowhere in it."""
+    corpus = CorpusView.from_frames(*demo_frames)
+    cloze = synthesize_extractive(corpus, TaskGenConfig(max_seeds=40, seed=2, max_hops=2))
+    natural = synthesize_extractive(corpus, TaskGenConfig(max_seeds=40, seed=2, max_hops=2, question_style="natural"))
+    shape = lambda result: [(t.seed_doc_id, t.level, t.truth, t.supporting_ids) for t in result.tasks]  # noqa: E731
+    assert shape(natural) == shape(cloze)
+    verified = [task for task in natural.tasks if task.passed_verification]
+    assert len(verified) == sum(task.passed_verification for task in cloze.tasks) > 20
+    assert {0, 1} <= {task.level for task in verified}
+    for task in verified:
+        query = task.agent_query
+        assert query == task.question and query.endswith("?") and not query.startswith("Clues:")
+        assert "[X" not in query and "[the subject]" not in query
+        assert not contains_answer(query, task.truth)
+        assert re.search(r"\b(?:what|how many)\b", query, flags=re.IGNORECASE)
+        # the seed document is named; a bridged hop refers to the earlier answer as X, never by name
+        title = corpus.title(task.seed_doc_id)
+        assert title in query or title.split()[-1] in query
+        if task.level:
+            assert re.search(r"\bX\b", query)
+    passed, details = supporting_quotes_found(verified, corpus)
+    assert passed, details
+    assert TaskGenConfig(question_style="natural").fingerprint(None) != TaskGenConfig().fingerprint(None)
+
+
+def test_wh_phrase_takes_the_answers_place():
+    from synth.extractive import name_the_subject, wh_in_place
+    from synth.facts import Span
+
+    sentence = "In the United States, the song peaked at number 28 in 1981."
+    assert wh_in_place(sentence, Span(7, 20, "United States", "name")) == "In what, the song peaked at number 28 in 1981."
+    assert wh_in_place(sentence, Span(54, 58, "1981", "year")).endswith("in what year.")
+    assert wh_in_place("He made 91 films.", Span(8, 10, "91", "number")) == "He made how many films."
+    assert wh_in_place("Memphis is a city.", Span(0, 7, "Memphis", "name")) == "What is a city."
+    assert name_the_subject("It peaked at number 28.", "Icehouse (song)") == "Icehouse (song) peaked at number 28."
+    assert name_the_subject("His films were comedies.", "Cecil Parker") == "Cecil Parker's films were comedies."
+    assert name_the_subject("In 1981 the song peaked.", "Icehouse") == "About Icehouse: In 1981 the song peaked."
+    assert name_the_subject("Parker made 91 films.", "Cecil Parker") == "Parker made 91 films."
+
+
+def test_unknown_question_style_is_an_error_naming_it():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="question_style"):
+        TaskGenConfig(question_style="riddle")
