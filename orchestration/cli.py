@@ -74,7 +74,10 @@ def cmd_sync(args) -> dict[str, Any]:
 def cmd_search(args) -> dict[str, Any]:
     from orchestration.runner import search
 
-    return search(args.customer, args.question, args.policy, args.k, args.parallel)
+    payload = search(args.customer, args.question, args.policy, args.k, args.parallel, save=args.save)
+    if args.save:
+        print(f"trajectory saved to {payload['saved']} (open it in the search service's page, GET /)", file=sys.stderr)
+    return payload
 
 
 def _human_search(payload: dict[str, Any]) -> str:
@@ -114,7 +117,7 @@ def cmd_bench(args) -> dict[str, Any]:
 
         backend, chunks = open_index(args.customer)
     return run_bench_command(
-        args.tasks, policies, args.k, args.out, args.limit, progress=True, backend=backend, chunks=chunks, split=args.split, workers=args.workers
+        args.tasks, policies, args.k, args.out, args.limit, progress=_live(args), backend=backend, chunks=chunks, split=args.split, workers=args.workers
     )
 
 
@@ -199,6 +202,18 @@ def cmd_api(args) -> dict[str, Any]:
           f"{args.workers} workers, queue {args.queue}", file=sys.stderr)
     serve_search_api(args.host, args.port, args.timeout, args.workers, args.queue)
     return {"stopped": True}
+
+
+def cmd_status(args) -> dict[str, Any]:
+    from orchestration.status import customer_status
+
+    return customer_status(args.customer)
+
+
+def _human_status(payload: dict[str, Any]) -> str:
+    from orchestration.status import render_status
+
+    return render_status(payload)
 
 
 def cmd_demo(args) -> dict[str, Any]:
@@ -316,7 +331,28 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--policy", default="heuristic", help="heuristic | openai:URL#MODEL | transformers:PATH (default: heuristic)")
     search.add_argument("--k", type=int, default=10, help="documents to return")
     search.add_argument("--parallel", type=int, default=1, help="N independent rollouts merged by RRF")
+    search.add_argument("--save", default=None, metavar="FILE", help="write the whole trajectory (JSONL, one line per rollout) for the viewer")
+    status = add("status", cmd_status, _human_status, "where a customer stands: assets, checks, served policy, next resync")
+    status.add_argument("customer")
+    for command in (sync, bench, finetune, serve, search, sub.choices["tasks"], sub.choices["demo"]):
+        command.set_defaults(session=True)  # runs jobs or loads models: events and library logs to a log file
     return parser
+
+
+def _live(args) -> bool:
+    """Bars and status lines only for a person at a terminal: never with --json or into a pipe."""
+    return sys.stderr.isatty() and not getattr(args, "json", False)
+
+
+def _session(args):
+    """Commands that run jobs: events to `$SEARCHSMITH_HOME/logs/` (module `orchestration.console`)."""
+    if not getattr(args, "session", False):
+        return contextlib.nullcontext()
+    from orchestration.console import console_session
+
+    if not args.verbose:  # model-loading bars ("Loading weights") are not progress a person waits on
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return console_session(searchsmith_home(), args.command, verbose=args.verbose, live=_live(args))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_environment()
     try:
         # Libraries that print progress to stdout must not corrupt the one JSON object.
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), _session(args):
             payload = args.func(args)
     except (CliError, CustomerConfigError, FileNotFoundError, ValueError) as error:
         if getattr(args, "json", False):

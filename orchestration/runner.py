@@ -53,9 +53,12 @@ def run_job(job_name: str, customer: str, tags: dict[str, str] | None = None) ->
     register_partition(customer)
     from orchestration.definitions import defs
 
+    from orchestration.console import job_run_options
+
     job = defs.resolve_job_def(job_name)
     result = job.execute_in_process(
-        partition_key=customer, instance=instance(), raise_on_error=False, tags={"customer": customer, **(tags or {})}
+        partition_key=customer, instance=instance(), raise_on_error=False, tags={"customer": customer, **(tags or {})},
+        **job_run_options(instance()),  # inside a CLI command: events to its log file and status line
     )
     if not result.success:
         raise JobFailed(f"{job_name} for {customer}: {failure_message(result)} (run {result.run_id})")
@@ -102,8 +105,10 @@ def open_index(customer: str):
     return index, store.read_parquet(chunks_key(customer))
 
 
-def search(customer: str, question: str, policy_spec: str, k: int, parallel: int) -> dict[str, Any]:
-    """Answer from the customer's built index; the index must have been materialized (`sync`)."""
+def search(customer: str, question: str, policy_spec: str, k: int, parallel: int, save: str | None = None) -> dict[str, Any]:
+    """Answer from the customer's built index; the index must have been materialized (`sync`).
+    `save`: a JSONL file for the whole trajectories (one line per rollout), as the viewer opens."""
+    from retrieval.trajectory import write_jsonl
     from serving.search import PolicyFailed, run_search
 
     index, _ = open_index(customer)
@@ -111,7 +116,8 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
         response = run_search(index, question, policy_spec, k, parallel)
     except PolicyFailed as error:  # an unreachable endpoint is an error, never an empty answer
         raise CliError(f"{error}; check that the endpoint is up and serves the model") from None
-    return {"customer": customer, "question": question, "policy": policy_spec, **response.as_dict()}
+    saved = {"saved": str(write_jsonl(response.trajectories, save))} if save else {}
+    return {"customer": customer, "question": question, "policy": policy_spec, **response.as_dict(), **saved}
 
 
 def run_tasks(customer: str) -> dict[str, Any]:

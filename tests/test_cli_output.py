@@ -1,0 +1,165 @@
+"""What a person sees from the CLI (issue 17): one line per finished step, Dagster's event log in a
+file under $SEARCHSMITH_HOME/logs (on stderr only with -v), a status line only on a terminal and
+never with --json; and `searchsmith status`, read from the instance after a real sync."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from orchestration.console import duration, step_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+WIKI = ROOT / "customers" / "demo" / "wiki"
+CLI = [sys.executable, "-m", "orchestration.cli"]
+
+
+# -- pure ----------------------------------------------------------------------------------
+
+
+def test_duration_reads_like_a_clock():
+    assert [duration(s) for s in (0, 7.4, 61, 161, 3600 + 125)] == ["0s", "7s", "1m01s", "2m41s", "1h02m"]
+
+
+def test_step_figures_name_what_each_step_produced():
+    assert step_figures("chroma_index", {"embedded": 3026, "deleted": 2, "total": 3100}) == "3,026 chunks embedded, 2 deleted, 3,100 in the index"
+    assert step_figures("verified_tasks", {"verified": 12, "by_split": {"train": 8, "dev": 2, "test": 2}}) == "12 verified tasks (train 8, dev 2, test 2)"
+    assert step_figures("sft_checkpoint", {"steps": 5, "loss": 1.25, "reused": False}) == "5 steps, loss 1.25"
+    assert step_figures("cispo_checkpoint", {"reused": True, "steps": 3}).startswith("reused")
+    metadata = {"candidates": ["bm25", "hybrid"], "suites": ["test"], "test/bm25/answer_found": 0.5, "test/hybrid/answer_found": 0.75}
+    assert step_figures("benchmark_report", metadata) == "2 candidates on test; test: best answer found 0.750 (hybrid)"
+    # An asset without its own line: its first numbers.
+    assert step_figures("something_new", {"rows": 3, "path": "/x", "share": 0.5}) == "rows 3, share 0.500"
+
+
+# -- through the real CLI on a small customer --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("cli-output")
+    docs = root / "customers" / "wiki"
+    docs.mkdir(parents=True)
+    for path in sorted(WIKI.glob("*.md"))[:8]:
+        shutil.copy(path, docs / path.name)
+    (root / "customers" / "small.yaml").write_text("name: small\nschedule: \"30 4 * * *\"\nsources:\n  - {type: local, path: ./wiki}\n")
+    env = {**os.environ, "SEARCHSMITH_HOME": str(root / "home"), "DAGSTER_HOME": str(root / "home" / "dagster"),
+           "SEARCHSMITH_CUSTOMERS_DIR": str(root / "customers")}
+    env.pop("SEARCHSMITH_ARTIFACTS", None)
+    return env
+
+
+def run_cli(env, *args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def log_path(stderr: str, env: dict[str, str]) -> Path:
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("event log: "), stderr[-2000:]
+    path = Path(last.removeprefix("event log: "))
+    assert path.parent == Path(env["SEARCHSMITH_HOME"]) / "logs" and path.is_file()
+    return path
+
+
+@pytest.mark.slow
+def test_sync_prints_one_line_per_step_and_logs_events_to_a_file(small):
+    result = run_cli(small, "sync", "small", "--json")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert json.loads(result.stdout)["added"] == 8  # stdout: exactly the one JSON object
+    stderr = result.stderr
+    assert "STEP_START" not in stderr and "DEBUG" not in stderr, stderr
+    assert "\r" not in stderr  # no status line without a terminal
+    lines = stderr.strip().splitlines()
+    assert re.fullmatch(r"raw_documents +8 documents \(added 8, changed 0, deleted 0, quarantined 0\)  \d+s", lines[0]), lines
+    assert re.fullmatch(r"chroma_index +8 chunks embedded, 0 deleted, 8 in the index  (\d+m)?\d+s", lines[2]), lines
+    assert lines[3].split() == ["checks", "3", "of", "3", "passed"]
+    assert len(lines) == 5, stderr
+    events = log_path(stderr, small).read_text()
+    for event in ("PIPELINE_START", "STEP_START", "ASSET_MATERIALIZATION", "ASSET_CHECK_EVALUATION", "PIPELINE_SUCCESS"):
+        assert event in events
+    assert "corpus_resync chroma_index STEP_SUCCESS" in events
+
+
+@pytest.mark.slow
+def test_verbose_sends_the_event_log_to_stderr_too(small):
+    result = run_cli(small, "-v", "sync", "small", "--json")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert json.loads(result.stdout)["unchanged"] == 8
+    assert "corpus_resync raw_documents STEP_START" in result.stderr
+    assert "corpus_resync raw_documents STEP_START" in log_path(result.stderr, small).read_text()
+
+
+def run_on_terminal(env, *args, timeout=600) -> str:
+    """The CLI with stdout and stderr on a pseudo-terminal, as a person runs it."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([*CLI, *args], env={**env, "COLUMNS": "120"}, cwd=ROOT, stdin=subprocess.DEVNULL,
+                               stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    output = bytearray()
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], timeout)
+            assert ready, "the CLI produced nothing for too long"
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal closed with the process
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(leader)
+        assert process.wait(timeout=60) == 0, output.decode(errors="replace")[-3000:]
+    return output.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_a_terminal_gets_a_status_line_and_json_on_a_terminal_does_not(small):
+    shown = run_on_terminal(small, "sync", "small")
+    frames = [part for part in shown.split("\r") if part.strip().startswith(tuple("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"))]
+    assert any("raw_documents" in frame for frame in frames) and any("chroma_index" in frame for frame in frames), shown
+    assert re.search(r"chroma_index +0 chunks embedded, 0 deleted, 8 in the index", shown)
+    quiet = run_on_terminal(small, "sync", "small", "--json")
+    assert not any(mark in quiet for mark in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"), quiet
+
+
+@pytest.mark.slow
+def test_status_after_a_sync(small):
+    assert run_cli(small, "sync", "small").returncode == 0
+    result = run_cli(small, "status", "small", "--json")
+    assert result.returncode == 0, result.stderr[-4000:]
+    status = json.loads(result.stdout)
+    assert result.stderr == ""  # status runs no job: no event log, no noise
+    assets = {asset["asset"]: asset for asset in status["assets"]}
+    assert list(assets)[:3] == ["raw_documents", "chunks", "chroma_index"]  # lineage order
+    assert assets["chunks"]["metadata"]["chunks"] == 8 and assets["chroma_index"]["figures"].endswith("8 in the index")
+    synced = datetime.fromisoformat(assets["raw_documents"]["materialized_at"])
+    assert synced <= datetime.now(timezone.utc)
+    assert assets["verified_tasks"]["materialized_at"] is None and assets["verified_tasks"]["figures"] == "never materialized"
+    checks = {check["check"]: check for check in status["checks"]}
+    assert checks["index_count_matches_chunks_check"]["passed"] is True and status["failing_checks"] == []
+    assert checks["enough_verified_tasks_per_split"]["passed"] is None
+    assert status["served"]["policy"] == "heuristic" and status["served"]["metrics"] == {}
+    resync = status["resync"]
+    assert resync["cron"] == "30 4 * * *" and resync["running"] is False
+    upcoming = datetime.fromisoformat(resync["next"])
+    assert (upcoming.hour, upcoming.minute) == (4, 30) and upcoming > datetime.now(timezone.utc)
+
+    screen = run_cli(small, "status", "small")
+    assert screen.returncode == 0 and re.search(r"^  chunks +\S+ ago  8 chunks", screen.stdout, re.M), screen.stdout
+    assert re.search(r"^  served_model +never$", screen.stdout, re.M) and "served: heuristic" in screen.stdout
+
+
+def test_status_of_an_unknown_customer_is_an_error(small):
+    result = run_cli(small, "status", "nobody", "--json")
+    assert result.returncode == 1 and "nobody" in json.loads(result.stdout)["error"]
