@@ -261,3 +261,103 @@ def train_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Any:
     tokenizer.chat_template = chat_template()
     tokenizer.response_template = RESPONSE_TEMPLATE
     return tokenizer
+
+
+# ---- a tiny random gpt-oss (harmony) ---------------------------------------------------------------
+
+HARMONY_TEMPLATE_FILE = TEMPLATE_DIR / "harmony_tools.jinja"
+# The harmony control tokens, as special tokens of the tiny tokenizer (gpt-oss's o200k_harmony has
+# them as single tokens too). <|return|> and <|call|> end a turn; <|end|> ends a message inside one.
+HARMONY_SPECIALS = ("<|startoftext|>", "<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>",
+                    "<|constrain|>", "<|return|>", "<|call|>")
+HARMONY_STOPS = ("<|return|>", "<|call|>")
+
+DEFAULT_HARMONY_TEXTS = (
+    "analysis commentary final to=functions.search_corpus to=functions.grep_corpus to=functions.read_document "
+    "to=functions.prune_chunks to=assistant json namespace functions type => any; // namespace functions",
+    "Reasoning: low medium high # Valid channels: analysis, commentary, final. Channel must be included for every message.",
+    '{"query": "who founded the company"} {"pattern": "Quell"} {"doc_id": "doc-1"} {"chunk_ids": ["c1", "c2"]}',
+    '<Document id=doc-1><Justification>It names the founder.</Justification></Document>',
+    "[Token usage: 1,024/32,768] <Chunk id=c1 doc=d1 title=\"Report\">The river flows north.</Chunk>",
+)
+
+
+def harmony_chat_template(reasoning_effort: str | None = None) -> str:
+    """Our harmony template (`templates/harmony_tools.jinja`); `reasoning_effort` sets its default."""
+    text = HARMONY_TEMPLATE_FILE.read_text(encoding="utf-8")
+    if reasoning_effort is None:
+        return text
+    return "{%- set default_reasoning_effort = " + json.dumps(reasoning_effort) + " -%}\n" + text
+
+
+def train_harmony_tokenizer(texts: Iterable[str], vocab_size: int = 1024, reasoning_effort: str = "low") -> Any:
+    """A byte-level BPE tokenizer trained on `texts` that carries the harmony special tokens and our
+    harmony template: what gpt-oss's tokenizer is to gpt-oss, at toy size and built offline.
+
+    eos is `<|return|>` and pad `<|endoftext|>`, as in gpt-oss's own tokenizer files."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(HARMONY_SPECIALS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(list(texts), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<|startoftext|>", eos_token="<|return|>", pad_token="<|endoftext|>",
+        unk_token=None, additional_special_tokens=[t for t in HARMONY_SPECIALS if t not in
+                                                   ("<|startoftext|>", "<|return|>", "<|endoftext|>")],
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = harmony_chat_template(reasoning_effort)
+    return tokenizer
+
+
+def build_tiny_gpt_oss(
+    folder: str | os.PathLike[str],
+    vocab_texts: Iterable[str] = (),
+    seed: int = 0,
+    *,
+    vocab_size: int = 1024,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    head_dim: int = 16,
+    num_experts: int = 4,
+    experts_per_token: int = 2,
+    sliding_window: int = 128,
+    max_position_embeddings: int = 65536,
+    reasoning_effort: str = "low",
+) -> Path:
+    """Write a tiny random `GptOssForCausalLM` (the real architecture: attention sinks, alternating
+    sliding/full attention, a top-k router over fused experts, YaRN RoPE) and a harmony tokenizer
+    trained on `vocab_texts` to `folder`. Deterministic for a given `seed` and texts.
+
+    Its generation config stops at `<|return|>` and `<|call|>` (and `<|endoftext|>`), as
+    gpt-oss-20b's does; its window is long enough for the harness's default budget."""
+    import torch
+    from transformers import GenerationConfig, GptOssConfig, GptOssForCausalLM
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_harmony_tokenizer([*DEFAULT_HARMONY_TEXTS, *vocab_texts], vocab_size, reasoning_effort)
+    tokenizer.save_pretrained(str(out))
+    torch.manual_seed(seed)
+    config = GptOssConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_kv_heads, head_dim=head_dim,
+        num_local_experts=num_experts, num_experts_per_tok=experts_per_token, sliding_window=sliding_window,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "factor": max_position_embeddings / 4096, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096,
+                         "rope_theta": 150000.0},
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    model = GptOssForCausalLM(config).to(torch.float32)
+    stops = [tokenizer.convert_tokens_to_ids(t) for t in (*HARMONY_STOPS, "<|endoftext|>")]
+    model.generation_config = GenerationConfig(eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
+                                               bos_token_id=tokenizer.bos_token_id)
+    model.save_pretrained(str(out))
+    return out

@@ -45,6 +45,7 @@ from retrieval.trajectory import Trajectory, Turn
 IGNORE_INDEX = -100
 # End-of-turn markers of the chat formats we know (ChatML, Llama 3, gpt-oss harmony).
 END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|return|>", "<|call|>")
+HARMONY_TURN_ENDS = ("<|return|>", "<|call|>")
 
 
 class TemplatePrefixError(ValueError):
@@ -155,9 +156,15 @@ def turn_chat(trajectory: Trajectory, turn: Turn) -> tuple[list[Message], Messag
 
 
 def end_token_ids(tokenizer: Any) -> set[int]:
-    """Ids that end an assistant turn: the tokenizer's eos plus known end markers in its vocabulary."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    """Ids that end an assistant turn: the tokenizer's eos plus known end markers in its vocabulary.
+
+    Harmony (gpt-oss) is the exception: a turn ends at `<|call|>` or `<|return|>` only, because
+    `<|end|>` closes messages inside a turn (its analysis, all but the last of several tool
+    calls), so the loss must run past it to the turn's real end, where generation stops."""
     vocab = tokenizer.get_vocab()
+    if "<|channel|>" in vocab and "<|call|>" in vocab:
+        return {vocab[marker] for marker in HARMONY_TURN_ENDS if marker in vocab}
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     ids.update(vocab[marker] for marker in END_MARKERS if marker in vocab)
     return ids
 

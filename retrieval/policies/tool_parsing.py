@@ -12,6 +12,15 @@ Formats understood, in the order tried:
 - SmolLM2's function-calling format: `<tool_call>[{"name": ..., "arguments": ...}, ...]</tool_call>`;
 - a bare JSON list (or object) of calls as the whole reply, optionally in a ```json fence.
 `parameters` is accepted for `arguments`, and arguments given as a JSON string are decoded.
+
+Harmony (gpt-oss) is a format of its own, parsed by `parse_harmony` and chosen by the model family
+(`parse_reply(text, chat_format)`): a turn is a sequence of messages, each
+`[<|start|>ROLE]<|channel|>CHANNEL[ to=functions.NAME][ <|constrain|>json]<|message|>BODY` closed by
+`<|end|>`, `<|call|>` or `<|return|>`. A message addressed `to=functions.NAME` (the recipient may
+also stand in the role part, `assistant to=functions.NAME<|channel|>commentary json`) is a tool
+call whose body is its JSON arguments; one turn may hold several. `final` messages are the
+answer; `analysis` and recipient-less `commentary` text is the reasoning beside tool calls. A
+completion with no harmony markers at all is plain content, as in the other formats.
 """
 
 from __future__ import annotations
@@ -120,3 +129,104 @@ def parse_tool_calls(text: str, id_prefix: str = "call") -> ParsedReply:
             return probe
     reply.content = stripped or None
     return reply
+
+
+# ---- harmony (gpt-oss) ---------------------------------------------------------------------------
+
+HARMONY_START, HARMONY_MESSAGE, HARMONY_CHANNEL, HARMONY_CONSTRAIN = "<|start|>", "<|message|>", "<|channel|>", "<|constrain|>"
+HARMONY_ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|endoftext|>")
+HARMONY_MARKERS = (HARMONY_START, HARMONY_MESSAGE, HARMONY_CHANNEL, HARMONY_CONSTRAIN, *HARMONY_ENDS)
+_RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+_CHANNEL_NAME = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
+_HARMONY_END = re.compile("|".join(re.escape(end) for end in HARMONY_ENDS))
+
+
+@dataclass(frozen=True)
+class HarmonyMessage:
+    """One harmony message of a completion: `end` is the token that closed it (None: cut off)."""
+
+    role: str
+    channel: str | None
+    recipient: str | None
+    body: str
+    end: str | None
+
+
+def split_harmony(text: str) -> list[HarmonyMessage]:
+    """The messages of a completion that continues `<|start|>assistant` (the generation prompt), so
+    its first message has no role of its own. A header without `<|message|>` becomes a message
+    with an empty body and no end (the parser reports it); never raises."""
+    messages: list[HarmonyMessage] = []
+    for position, segment in enumerate(text.split(HARMONY_START)):
+        if position > 0 and not segment.strip():
+            continue
+        header, found, rest = segment.partition(HARMONY_MESSAGE)
+        if not found:
+            header, rest = segment, ""
+        end_match = _HARMONY_END.search(rest)
+        body = rest[: end_match.start()] if end_match else rest
+        end = end_match.group(0) if end_match and found else None
+        role_part = header.split(HARMONY_CHANNEL, 1)[0]
+        role = role_part.split(" to=", 1)[0].strip() or "assistant"
+        channel = _CHANNEL_NAME.search(header)
+        recipient = _RECIPIENT.search(header)
+        if not found and not header.strip():
+            continue
+        messages.append(HarmonyMessage(role, channel.group(1) if channel else None,
+                                       recipient.group(1) if recipient else None, body if found else "", end))
+    return messages
+
+
+def parse_harmony(text: str, id_prefix: str = "call") -> ParsedReply:
+    """Split a harmony completion into the answer, the reasoning and tool calls; never raises.
+
+    Tool calls: every message addressed to a function (`functions.NAME`, or a bare `NAME`), in
+    order; invalid JSON keeps the call with its raw arguments and records an error (the harness
+    tells the model). Content: the `final` messages' text when there is one; otherwise, beside
+    tool calls, the analysis/commentary text; otherwise (no call, no final) the text of the last
+    message, with an error saying no final answer was given. The turn's stop token (`<|call|>`,
+    `<|return|>`) may already have been cut off by the caller: a last message without an end is
+    accepted when it is complete JSON (a call) or any text (an answer)."""
+    if not any(marker in text for marker in HARMONY_MARKERS):
+        stripped = text.strip()
+        return ParsedReply(content=stripped or None)
+    reply = ParsedReply(content=None)
+    messages = split_harmony(text)
+    finals: list[str] = []
+    notes: list[str] = []
+    for index, message in enumerate(messages):
+        last = index == len(messages) - 1
+        if message.recipient and message.recipient != "assistant":
+            name = message.recipient.removeprefix("functions.")
+            if not name:
+                reply.errors.append(f"a tool call to {message.recipient!r} names no function")
+                continue
+            arguments, kept, error = parse_arguments(message.body.strip() or "{}")
+            call_id = f"{id_prefix}_{len(reply.tool_calls)}"
+            reply.tool_calls.append(ToolCall(id=call_id, name=name, arguments=arguments, raw_arguments=kept))
+            if error:
+                cut = message.end is None and last
+                reply.errors.append(f"{name}: {error}" + (" (the call was cut off)" if cut else ""))
+            continue
+        if message.end is None and not last:
+            reply.errors.append(f"a harmony message header without <|message|>: {message.role!r}")
+            continue
+        if message.channel in (None, "final"):
+            finals.append(message.body)
+        else:
+            notes.append(message.body)
+    if finals:
+        reply.content = "".join(finals).strip() or None
+    elif notes:
+        reply.content = "\n".join(n.strip() for n in notes if n.strip()) or None
+        if not reply.tool_calls:
+            reply.errors.append("the reply has no final-channel answer and no tool call (it stopped after its analysis)")
+    return reply
+
+
+def parse_reply(text: str, chat_format: str = "chatml", id_prefix: str = "call") -> ParsedReply:
+    """Parse a completion in the model family's format: `harmony` (gpt-oss) or the Hermes/ChatML
+    family (`parse_tool_calls`, every other value)."""
+    if chat_format == "harmony":
+        return parse_harmony(text, id_prefix)
+    return parse_tool_calls(text, id_prefix)
