@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.index_assets import open_index
+from assets.metadata import benchmark_numbers
 from assets.synth_assets import distractor_sets
 from assets.training_assets import cispo_checkpoint, sft_checkpoint
 from corpus.stage import chunks_key
@@ -15,11 +16,21 @@ from evaluation.report import render_markdown
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from synth.stage import final_tasks_key, load_tasks
-from training.customer_training import checkpoint_policies
+from training.customer_training import STAGES, checkpoint_policies, local_adapter, read_manifest
 
 
 def benchmark_prefix(customer: str) -> str:
     return f"{customer}/benchmark/"
+
+
+def _checkpoint_labels(artifacts, customer: str) -> dict[str, str]:
+    """Checkpoint spec -> its stage (`sft`, `cispo`): a name that survives retraining."""
+    labels = {}
+    for stage in STAGES:
+        manifest = read_manifest(artifacts, customer, stage)
+        if manifest is not None:
+            labels[f"transformers:{local_adapter(artifacts, manifest)}"] = stage
+    return labels
 
 
 @dg.asset(
@@ -48,6 +59,8 @@ def benchmark_report(
             if path.is_file():
                 artifacts.write_bytes(benchmark_prefix(name) + path.relative_to(out).as_posix(), path.read_bytes())
         metadata: dict = {"candidates": candidates, "suites": sorted(result.reports)}
+        # SUITE/CANDIDATE/METRIC as numbers, so the UI plots each across materializations.
+        metadata.update(benchmark_numbers(result.reports, _checkpoint_labels(artifacts, name)))
         for suite, report in result.reports.items():
             plots = "\n\n".join(png_markdown(p) for p in result.plots.get(suite, []))
             metadata[f"{suite}_report"] = dg.MetadataValue.md(render_markdown(report) + "\n\n" + plots)

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.metadata import suite_numbers
 from assets.benchmark_assets import benchmark_report
 from orchestration.partitions import customers_partitions
 from orchestration.resources import ArtifactStoreResource, CustomersResource
@@ -33,6 +34,10 @@ def served_model(context: dg.AssetExecutionContext, store: ArtifactStoreResource
         "decision": dg.MetadataValue.md(decision_table(decision)) if decision else "",
         "numbers": dg.MetadataValue.json(decision.model_dump(mode="json") if decision else {}),
     }
+    # The served policy's figures per suite under stable keys: the UI plots what is served over time.
+    metadata.update(suite_numbers("served", served.metrics if served is not None else {}))
+    if decision is not None and decision.test_gain is not None:
+        metadata["test_gain"] = float(decision.test_gain)
     if served is not None and served.adapter_path:
         metadata["adapter_path"] = dg.MetadataValue.path(served.adapter_path)
     if outcome.manifest is not None:

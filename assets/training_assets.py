@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.index_assets import open_index
+from assets.metadata import training_numbers
 from assets.synth_assets import distractor_sets
 from corpus.stage import chunks_key
 from evaluation.customer_report import png_markdown
@@ -51,6 +52,7 @@ def _checkpoint_metadata(manifest: CheckpointManifest) -> dict:
         "policy": manifest.policy,
         "metrics": dg.MetadataValue.json(manifest.metrics),
         **{f"metric_{k}": float(v) for k, v in sorted(scalars.items())},
+        **training_numbers(manifest.stage, manifest.metrics),  # `loss`, `reward`: the same keys every run
     }
 
 

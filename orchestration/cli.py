@@ -350,8 +350,9 @@ def _session(args):
         return contextlib.nullcontext()
     from orchestration.console import console_session
 
-    if not args.verbose:  # model-loading bars ("Loading weights") are not progress a person waits on
+    if not args.verbose:  # model loading and dataset saving bars are not progress a person waits on
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     return console_session(searchsmith_home(), args.command, verbose=args.verbose, live=_live(args))
 
 
