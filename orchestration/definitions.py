@@ -27,7 +27,8 @@ from orchestration.jobs import (
     finetune_rl_job,
     finetune_sft_job,
 )
-from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource, TeacherLLMResource
+from orchestration.deployment import chroma_from_env
+from orchestration.resources import ArtifactStoreResource, CustomersResource, TeacherLLMResource
 
 
 def build_definitions() -> dg.Definitions:
@@ -56,7 +57,7 @@ def build_definitions() -> dg.Definitions:
         resources={
             "store": ArtifactStoreResource(location=dg.EnvVar("SEARCHSMITH_ARTIFACTS").get_value("") or ""),
             "customers": CustomersResource(),
-            "chroma": ChromaResource(),
+            "chroma": chroma_from_env(),  # embedded unless SEARCHSMITH_CHROMA_MODE says otherwise
             "teacher_llm": TeacherLLMResource(),
         },
     )

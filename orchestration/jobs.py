@@ -5,14 +5,24 @@ from __future__ import annotations
 import dagster as dg
 
 from orchestration.partitions import customers_partitions
+from orchestration.run_tags import job_tags, limits_config
+
+
+def queue_limits(name: str) -> dict:
+    """The run queue's per-customer and accelerator limits for `name` (orchestration/run_tags.py)."""
+    return {"config": limits_config(name), "tags": job_tags(name)}
 
 CORPUS_RESYNC_ASSETS = ["raw_documents", "chunks", "chroma_index"]
 
 corpus_resync_job = dg.define_asset_job(
     name="corpus_resync",
+    **queue_limits("corpus_resync"),
     selection=dg.AssetSelection.assets(*CORPUS_RESYNC_ASSETS),
     partitions_def=customers_partitions,
     description="Incremental resync of a customer's sources into documents, chunks and the index.",
+    # Three assets in a chain and their checks: one process per step would pay the imports
+    # (torch, the embedder) six times per resync for no parallelism.
+    executor_def=dg.in_process_executor,
 )
 
 TASK_ASSETS = ["synthetic_tasks", "verified_tasks", "distractor_sets"]
@@ -29,6 +39,7 @@ RL_ASSETS = ["cispo_checkpoint"]
 
 finetune_sft_job = dg.define_asset_job(
     name="finetune_sft",
+    **queue_limits("finetune_sft"),
     selection=dg.AssetSelection.assets(*SFT_ASSETS),
     partitions_def=customers_partitions,
     description="Teacher trajectories, the SFT filter and a LoRA SFT checkpoint (`searchsmith finetune --stage sft`).",
@@ -36,6 +47,7 @@ finetune_sft_job = dg.define_asset_job(
 
 finetune_rl_job = dg.define_asset_job(
     name="finetune_rl",
+    **queue_limits("finetune_rl"),
     selection=dg.AssetSelection.assets(*RL_ASSETS),
     partitions_def=customers_partitions,
     description="CISPO RL from the SFT checkpoint (`searchsmith finetune --stage rl`).",
@@ -43,6 +55,7 @@ finetune_rl_job = dg.define_asset_job(
 
 finetune_all_job = dg.define_asset_job(
     name="finetune_all",
+    **queue_limits("finetune_all"),
     selection=dg.AssetSelection.assets(*SFT_ASSETS, *RL_ASSETS),
     partitions_def=customers_partitions,
     description="SFT then CISPO for one customer (`searchsmith finetune --stage all`).",
@@ -50,6 +63,7 @@ finetune_all_job = dg.define_asset_job(
 
 customer_finetune_job = dg.define_asset_job(
     name="customer_finetune",
+    **queue_limits("customer_finetune"),
     selection=dg.AssetSelection.assets("synthetic_tasks").downstream(),
     partitions_def=customers_partitions,
     description="Tasks through served_model for one customer: new tasks, distillation, RL, benchmark and the "
@@ -65,6 +79,7 @@ serve_job = dg.define_asset_job(
 
 all_assets_job = dg.define_asset_job(
     name="customer_lineage",
+    **queue_limits("customer_lineage"),
     selection=dg.AssetSelection.all(),
     partitions_def=customers_partitions,
     description="Every asset of the lineage for one customer.",

@@ -1,0 +1,426 @@
+"""The production deployment, run for real on loopback: a PostgreSQL instance rendered by
+orchestration/instance.py (the file deploy/dagster.yaml holds), the code location served by
+`dagster api grpc`, `dagster-daemon run` launching and dequeuing runs, Chroma as a `chroma run`
+server, SeaweedFS as the artifact store and the compute-log bucket.
+
+One scenario runs once per module (it costs a few minutes on two cores) and records what
+happened; each test checks one property of the record:
+- two customers' resync schedules are due (the first tick forced through the instance by starting
+  the schedules in the past, the second a minute later while the first resyncs still run), so
+  the daemon queues resyncs of both customers, two of each, together;
+- the queue never runs two resyncs of one customer together, while different customers do run together;
+- every resync succeeds, with documents and chunks in S3, the index in the Chroma server and the
+  step logs in S3;
+- `corpus_change_sensor` requests `customer_finetune` for each resync that changed more than the
+  customer's `limits.resync_retrain_share` (a first sync, and a change of 40% made while the
+  daemon was down) and for no other; the requests stay queued (0 accelerators) and a later
+  sensor tick launches nothing;
+- the daemon is killed (SIGKILL) while a run is in progress and started again: the run
+  finishes, the queued runs start afterwards, and no run is lost or made twice.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.chroma_server import chroma_server
+from tests.support.postgres import find_bindir, postgres_server
+from tests.support.seaweed import free_ports, log_tail, seaweed_s3
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+BUCKET = "searchsmith"
+LOCATION = "searchsmith"
+CUSTOMERS = ("alpha", "beta")
+RUNS_PER_CUSTOMER = 2  # scheduled resyncs of each customer queued together
+SCENARIO_TIMEOUT_S = 420.0
+SHARE = 0.2
+
+TOPICS = {
+    "alpha": ["lighthouses", "tides", "harbours", "sailing ships", "fog signals"],
+    "beta": ["volcanoes", "glaciers", "deserts", "coral reefs", "river deltas"],
+}
+
+
+def _document(topic: str, n: int) -> str:
+    sentences = [f"The {topic} report number {n} describes fact {i} about {topic} in plain words." for i in range(12)]
+    return f"# {topic.title()}\n\n" + " ".join(sentences[:6]) + "\n\n" + " ".join(sentences[6:]) + "\n"
+
+
+def _write_customer(folder: Path, corpora: Path, name: str) -> None:
+    corpus = corpora / name
+    corpus.mkdir(parents=True)
+    for n, topic in enumerate(TOPICS[name]):
+        (corpus / f"{topic.replace(' ', '-')}.md").write_text(_document(topic, n), encoding="utf-8")
+    (folder / f"{name}.yaml").write_text(
+        f"name: {name}\ndomain: web\nschedule: \"* * * * *\"\n"
+        f"sources:\n  - {{type: local, path: {corpus}, include: [\"**/*.md\"], exclude: []}}\n"
+        f"limits: {{resync_retrain_share: {SHARE}}}\n",
+        encoding="utf-8",
+    )
+
+
+@dataclass
+class Record:
+    """What the scenario saw. `samples`: (time, {run_id: status}) every poll."""
+
+    resyncs: list = field(default_factory=list)  # RunRecord of corpus_resync
+    finetunes: list = field(default_factory=list)  # RunRecord of customer_finetune
+    samples: list = field(default_factory=list)
+    killed_at: float = 0.0
+    restarted_at: float = 0.0
+    killed_run: str = ""
+    queued_while_down: set = field(default_factory=set)
+    started_while_down: set = field(default_factory=set)
+    changed_customer: str = "alpha"
+    sensor_ticks: list = field(default_factory=list)
+    chroma_counts: dict = field(default_factory=dict)
+    chunk_rows: dict = field(default_factory=dict)
+    artifact_keys: list = field(default_factory=list)
+    compute_log_keys: list = field(default_factory=list)
+    instance_config: dict = field(default_factory=dict)
+    logs: dict = field(default_factory=dict)
+
+
+def _spawn(command: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stop(process: subprocess.Popen | None, first: int = signal.SIGTERM) -> None:
+    if process is None or process.poll() is not None:
+        return
+    for sig in (first, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=20)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _wait(predicate, timeout: float, what: str, logs: dict[str, Path], step: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    tails = "\n".join(f"--- {name} ---\n{log_tail(path, 30)}" for name, path in logs.items())
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
+
+
+def _runs(instance, job: str):
+    import dagster as dg
+
+    return instance.get_run_records(filters=dg.RunsFilter(job_name=job))
+
+
+def _customer(record) -> str:
+    return record.dagster_run.tags.get("dagster/partition", "")
+
+
+def _code_server_ready(port: int) -> bool:
+    from dagster._grpc.client import DagsterGrpcClient
+
+    try:
+        DagsterGrpcClient(port=port, host="127.0.0.1").ping("ready")
+    except Exception:
+        return False
+    return True
+
+
+def _start_instigators(instance, port: int, started_ago_s: float) -> list:
+    """Start both resync schedules as if they had been started `started_ago_s` ago (so their
+    ticks are due now, through the instance) and the corpus change sensor; returns the schedules."""
+    from dagster._core.remote_origin import GrpcServerCodeLocationOrigin
+    from dagster._core.scheduler.instigation import ScheduleInstigatorData
+
+    origin = GrpcServerCodeLocationOrigin(host="127.0.0.1", port=port, location_name=LOCATION)
+    location = origin.create_location(instance)
+    repository = location.get_repository("__repository__")
+    schedules = [repository.get_schedule(f"corpus_resync_{name}") for name in CUSTOMERS]
+    for schedule in schedules:
+        state = instance.start_schedule(schedule)
+        due = ScheduleInstigatorData(schedule.cron_schedule, start_timestamp=time.time() - started_ago_s)
+        instance.update_instigator_state(state.with_data(due))
+    instance.start_sensor(repository.get_sensor("corpus_change_sensor"))
+    return schedules
+
+
+def _stop_schedules(instance, schedules) -> None:
+    for schedule in schedules:
+        instance.stop_schedule(schedule.get_remote_origin_id(), schedule.selector_id, schedule)
+
+
+def _sample(instance, record: Record) -> dict[str, str]:
+    statuses = {r.dagster_run.run_id: r.dagster_run.status.value for r in _runs(instance, "corpus_resync")}
+    record.samples.append((time.time(), statuses))
+    return statuses
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> Record:
+    if find_bindir() is None:
+        pytest.skip("PostgreSQL server binaries (initdb, postgres) not found: apt-get install postgresql (.ci/run installs it)")
+    for binary in ("dagster", "dagster-daemon"):
+        if not (BIN / binary).exists():
+            pytest.skip(f"{binary} is not installed beside this Python")
+    pytest.importorskip("dagster_postgres", reason="dagster-postgres is not installed (pip install 'searchsmith[deploy]')")
+    pytest.importorskip("dagster_aws", reason="dagster-aws is not installed (pip install 'searchsmith[deploy]')")
+    work = tmp_path_factory.mktemp("deployment")
+    with ExitStack() as stack:
+        monkeypatch = stack.enter_context(pytest.MonkeyPatch.context())
+        pg = stack.enter_context(postgres_server())
+        s3 = stack.enter_context(seaweed_s3())
+        s3.client().create_bucket(Bucket=BUCKET)
+        chroma_port = stack.enter_context(chroma_server(work / "chroma"))
+        yield from _run_scenario(work, pg, s3, chroma_port, monkeypatch, stack)
+
+
+def _environment(work: Path, pg, s3, chroma_port: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        **pg.env(),
+        "DAGSTER_HOME": str(work / "dagster"),
+        "SEARCHSMITH_HOME": str(work / "home"),
+        "SEARCHSMITH_CUSTOMERS_DIR": str(work / "customers"),
+        "SEARCHSMITH_ARTIFACTS": f"s3://{BUCKET}/artifacts",
+        "SEARCHSMITH_COMPUTE_LOGS_BUCKET": BUCKET,
+        "SEARCHSMITH_CHROMA_MODE": "http",
+        "SEARCHSMITH_CHROMA_HOST": "127.0.0.1",
+        "SEARCHSMITH_CHROMA_PORT": str(chroma_port),
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+        "AWS_DEFAULT_REGION": s3.region,
+        "AWS_ENDPOINT_URL_S3": s3.endpoint_url,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "ANONYMIZED_TELEMETRY": "False",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",  # two run workers share two cores with the servers
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
+
+
+def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: ExitStack):
+    import yaml
+
+    import dagster as dg
+    from orchestration.instance import RunLimits, production_instance
+
+    record = Record()
+    env = _environment(work, pg, s3, chroma_port)
+    for key in ("DAGSTER_HOME", "SEARCHSMITH_HOME", "SEARCHSMITH_CUSTOMERS_DIR", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "SEARCHSMITH_COMPUTE_LOGS_BUCKET", *pg.env()):
+        monkeypatch.setenv(key, env[key])
+    (work / "customers").mkdir()
+    for name in CUSTOMERS:
+        _write_customer(work / "customers", work / "corpora", name)
+    dagster_home = work / "dagster"
+    dagster_home.mkdir()
+    # The production file with this machine's numbers: no accelerators, so fine-tunes queue and never start.
+    record.instance_config = production_instance(RunLimits(max_concurrent_runs=4, accelerators=0, dequeue_interval_seconds=1))
+    (dagster_home / "dagster.yaml").write_text(yaml.safe_dump(record.instance_config), encoding="utf-8")
+    (code_port,) = free_ports(1)
+    workspace = work / "workspace.yaml"
+    workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {"host": "127.0.0.1", "port": code_port, "location_name": LOCATION}}]}))
+    logs = {"code server": work / "code-server.log", "daemon": work / "daemon.log", "postgres": pg.log_path}
+    record.logs = logs
+
+    code_server = _spawn([str(BIN / "dagster"), "api", "grpc", "--host", "127.0.0.1", "--port", str(code_port),
+                          "--module-name", "orchestration.definitions", "--working-directory", str(ROOT),
+                          "--location-name", LOCATION], env, logs["code server"])
+    stack.callback(_stop, code_server)
+    instance = stack.enter_context(dg.DagsterInstance.from_config(str(dagster_home)))
+    assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+    instance.add_dynamic_partitions("customers", list(CUSTOMERS))
+    _wait(lambda: _code_server_ready(code_port) or (code_server.poll() is not None and pytest.fail(log_tail(logs["code server"]))),
+          120, "the code server", logs)
+    schedules = _start_instigators(instance, code_port, started_ago_s=90)
+    # The forced tick fires as the daemon starts; the schedules' next tick (the second resync of
+    # each customer) comes at the next minute, while the first resyncs are still running.
+    to_next_minute = 60 - time.time() % 60
+    if not 12 <= to_next_minute <= 25:
+        time.sleep((to_next_minute - 20) % 60)
+
+    daemon_command = [str(BIN / "dagster-daemon"), "run", "--workspace", str(workspace)]
+    daemon = _spawn(daemon_command, env, logs["daemon"])
+    stack.callback(lambda: _stop(daemon))
+
+    def scheduled_enough():
+        counts = Counter(_customer(r) for r in _runs(instance, "corpus_resync"))
+        return all(counts[name] >= RUNS_PER_CUSTOMER for name in CUSTOMERS)
+
+    _wait(lambda: _sample(instance, record) is not None and scheduled_enough(), 150, "two scheduled resyncs per customer", logs)
+    _stop_schedules(instance, schedules)
+
+    # Kill the daemon while the changed customer's first resync runs and its second waits in the queue.
+    def running_with_one_queued():
+        statuses = _sample(instance, record)
+        mine = [r.dagster_run.run_id for r in _runs(instance, "corpus_resync") if _customer(r) == record.changed_customer]
+        running = [run_id for run_id in mine if statuses.get(run_id) == "STARTED"]
+        queued = [run_id for run_id in mine if statuses.get(run_id) == "QUEUED"]
+        return running[0] if running and queued else None
+
+    record.killed_run = _wait(running_with_one_queued, 120, f"a resync of {record.changed_customer} running with another queued", logs)
+    _stop(daemon, first=signal.SIGKILL)
+    record.killed_at = time.time()
+    queued_before = {run_id for run_id, status in _sample(instance, record).items() if status == "QUEUED"}
+
+    def killed_run_done():
+        return _sample(instance, record).get(record.killed_run) in ("SUCCESS", "FAILURE", "CANCELED")
+
+    _wait(killed_run_done, 180, "the run in progress to finish without the daemon", logs)
+    time.sleep(3)  # longer than the dequeue interval: a live queue would have started the next run
+    final_down = _sample(instance, record)
+    record.queued_while_down = queued_before
+    record.started_while_down = {run_id for run_id in queued_before if final_down.get(run_id) != "QUEUED"}
+    # The corpus changes while the daemon is down: 2 of 5 documents deleted (40% > the 20% share).
+    corpus = work / "corpora" / record.changed_customer
+    for path in sorted(corpus.glob("*.md"))[:2]:
+        path.unlink()
+    daemon = _spawn(daemon_command, env, logs["daemon"])
+    record.restarted_at = time.time()
+    stack.callback(lambda: _stop(daemon))
+
+    def resyncs_finished():
+        statuses = _sample(instance, record)
+        return statuses and all(status in ("SUCCESS", "FAILURE", "CANCELED") for status in statuses.values())
+
+    _wait(resyncs_finished, 240, "every resync to finish", logs)
+    last_resync_end = max(r.end_time or 0 for r in _runs(instance, "corpus_resync"))
+
+    def sensor_ticked_after(timestamp: float):
+        ticks = [t for t in _sensor_ticks(instance, code_port) if t.timestamp > timestamp and t.status.value in ("SUCCESS", "SKIPPED")]
+        return ticks
+
+    # The tick that sees the last resync, then one more that must launch nothing.
+    first_after = _wait(lambda: sensor_ticked_after(last_resync_end), 150, "a sensor tick after the last resync", logs, step=2)
+    _wait(lambda: sensor_ticked_after(max(t.timestamp for t in first_after)), 150, "a second sensor tick", logs, step=2)
+    record.sensor_ticks = _sensor_ticks(instance, code_port)
+    record.resyncs = list(_runs(instance, "corpus_resync"))
+    record.finetunes = list(_runs(instance, "customer_finetune"))
+    _collect_artifacts(record, instance, s3, chroma_port)
+    yield record
+
+
+def _sensor_ticks(instance, port: int):
+    from dagster._core.definitions.run_request import InstigatorType
+
+    states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.name == "corpus_change_sensor"]
+    return [tick for state in states for tick in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=50)]
+
+
+def _collect_artifacts(record: Record, instance, s3, chroma_port: int) -> None:
+    import io
+
+    import dagster as dg
+    import polars as pl
+
+    from retrieval.chroma_client import http_client
+
+    client = s3.client()
+    keys = [item["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET) for item in page.get("Contents", [])]
+    record.artifact_keys = [key for key in keys if key.startswith("artifacts/")]
+    record.compute_log_keys = [key for key in keys if key.startswith("dagster/compute-logs/")]
+    chroma = http_client("127.0.0.1", chroma_port)
+    for name in CUSTOMERS:
+        body = client.get_object(Bucket=BUCKET, Key=f"artifacts/{name}/corpus/chunks.parquet")["Body"].read()
+        record.chunk_rows[name] = pl.read_parquet(io.BytesIO(body)).height
+        latest = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("chroma_index"), asset_partitions=[name]), limit=1, ascending=False)
+        metadata = latest.records[0].asset_materialization.metadata
+        assert metadata["chroma_mode"].value == "http"
+        record.chroma_counts[name] = chroma.get_collection(metadata["collection"].value).count()
+
+
+# --- the properties ---------------------------------------------------------------------------
+
+
+def test_instance_is_the_production_file_on_postgres(scenario):
+    from orchestration.instance import production_instance
+
+    expected = production_instance()
+    assert scenario.instance_config["storage"] == expected["storage"]
+    assert scenario.instance_config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    assert scenario.instance_config["compute_logs"] == expected["compute_logs"]
+
+
+def test_due_schedules_queue_resyncs_that_run_to_success(scenario):
+    counts = Counter(_customer(r) for r in scenario.resyncs)
+    assert all(counts[name] >= RUNS_PER_CUSTOMER for name in CUSTOMERS), counts
+    for run in scenario.resyncs:
+        tags = run.dagster_run.tags
+        assert run.dagster_run.status.value == "SUCCESS", (run.dagster_run.run_id, tags)
+        assert tags.get("dagster/schedule_name") == f"corpus_resync_{_customer(run)}"
+        assert tags.get("searchsmith/resync") == _customer(run), "the per-customer limit's tag"
+    queued_together = [statuses for _, statuses in scenario.samples if Counter(statuses.values())["QUEUED"] >= 2]
+    assert queued_together, "no moment with two resyncs waiting in the queue"
+
+
+def test_one_resync_per_customer_at_a_time_but_customers_in_parallel(scenario):
+    by_customer: dict[str, list] = {}
+    for run in scenario.resyncs:
+        by_customer.setdefault(_customer(run), []).append((run.start_time, run.end_time, run.dagster_run.run_id))
+    for name, spans in by_customer.items():
+        spans.sort()
+        for (start_a, end_a, a), (start_b, _, b) in zip(spans, spans[1:]):
+            assert end_a <= start_b, f"{name}: {b} started at {start_b} before {a} ended at {end_a}"
+    owner = {r.dagster_run.run_id: _customer(r) for r in scenario.resyncs}
+    for _, statuses in scenario.samples:  # the same from every poll of the run records
+        running = Counter(owner.get(run_id) for run_id, status in statuses.items() if status == "STARTED")
+        assert all(n <= 1 for n in running.values()), running
+    alpha, beta = by_customer["alpha"], by_customer["beta"]
+    assert any(a0 < b1 and b0 < a1 for a0, a1, _ in alpha for b0, b1, _ in beta), "different customers never ran together"
+
+
+def test_artifacts_in_s3_index_in_the_chroma_server_and_logs_in_s3(scenario):
+    for name in CUSTOMERS:
+        assert f"artifacts/{name}/corpus/raw_documents.parquet" in scenario.artifact_keys
+        assert f"artifacts/{name}/corpus/chunks.parquet" in scenario.artifact_keys
+        assert scenario.chunk_rows[name] > 0
+        assert scenario.chroma_counts[name] == scenario.chunk_rows[name], (name, scenario.chroma_counts, scenario.chunk_rows)
+    assert scenario.compute_log_keys, "no step logs were uploaded to the compute-log bucket"
+
+
+def test_corpus_change_sensor_requests_one_finetune_per_qualifying_resync(scenario):
+    requested = Counter(_customer(r) for r in scenario.finetunes)
+    # alpha: its first sync (everything new) and the 40% change; beta: its first sync only.
+    assert requested == {"alpha": 2, "beta": 1}, requested
+    run_keys = [r.dagster_run.tags.get("dagster/run_key") for r in scenario.finetunes]
+    assert all(key and key.startswith("retrain:") for key in run_keys) and len(set(run_keys)) == len(run_keys)
+    for run in scenario.finetunes:
+        assert run.dagster_run.tags.get("dagster/sensor_name") == "corpus_change_sensor"
+        assert run.dagster_run.tags.get("searchsmith/finetune") == _customer(run)
+        assert run.dagster_run.status.value == "QUEUED", "no accelerators: a fine-tune must wait in the queue"
+    last_request = max(r.create_timestamp.timestamp() for r in scenario.finetunes)
+    later = [t for t in scenario.sensor_ticks if t.timestamp > last_request + 1]
+    assert later and all(not t.run_ids for t in later), "a later sensor tick launched runs"
+
+
+def test_killing_the_daemon_mid_run_loses_and_duplicates_nothing(scenario):
+    assert scenario.killed_run and scenario.queued_while_down, "the daemon was not killed with a run in progress and one queued"
+    assert not scenario.started_while_down, "a queued run started with no daemon running"
+    status = {r.dagster_run.run_id: r.dagster_run.status.value for r in scenario.resyncs}
+    assert status[scenario.killed_run] == "SUCCESS"
+    assert all(status[run_id] == "SUCCESS" for run_id in scenario.queued_while_down)
+    run_keys = Counter(r.dagster_run.tags.get("dagster/run_key") for r in scenario.resyncs + scenario.finetunes)
+    assert all(n == 1 for n in run_keys.values()), f"a run key launched twice: {run_keys}"
+    resumed = [r for r in scenario.resyncs if r.start_time and r.start_time > scenario.restarted_at]
+    assert resumed, "no queued run started after the daemon came back"
