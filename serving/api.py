@@ -35,7 +35,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from retrieval.index import HybridIndex
@@ -76,6 +76,8 @@ class SearchRequest(BaseModel):
     customer: str = Field(pattern=r"^[a-z0-9-]+$", max_length=128, description="the customer whose corpus to search")
     query: str = Field(min_length=1, description="the question, in natural language")
     k: int = Field(10, ge=1, description="how many documents to return at most")
+    trajectory: bool = Field(False, description="also return the whole trajectory: every turn, tool call and result, "
+                             "what was pruned and the token usage (the viewer at GET / shows it)")
 
     @field_validator("query")
     @classmethod
@@ -125,6 +127,8 @@ class SearchResult(BaseModel):
     policy: str = Field(description="the policy that answered: the customer's served model, or heuristic")
     documents: list[Document] = Field(description="ranked, best first")
     summary: Summary
+    trajectory: dict[str, Any] | None = Field(None, description="only when the request asked for it: the trajectory record "
+                                              "(the schema `searchsmith search --save` and benchmark trajectory files use)")
 
 
 class FieldError(BaseModel):
@@ -279,7 +283,7 @@ def create_app(
     slots = SearchSlots(limits.max_concurrent_searches + limits.max_queued_searches)
     workers = ThreadPoolExecutor(max_workers=limits.max_concurrent_searches, thread_name_prefix="searchsmith-search")
 
-    def answer(key: str, customer: str, query: str, k: int) -> SearchResult:
+    def answer(key: str, customer: str, query: str, k: int, with_trajectory: bool = False) -> SearchResult:
         """Everything that costs more than parsing, on a search worker: the key's hash, the
         customer registry, the index and the search."""
         owner = keys.verify(key)
@@ -298,7 +302,8 @@ def create_app(
             response = run_search(index, query, policy, k, profile_spec=profile_for(customer))
         except PolicyFailed as error:
             raise _ApiError(502, "policy_failed", "the customer's search policy failed; see the service log") from error
-        return SearchResult(customer=customer, policy=policy, documents=response.documents, summary=response.summary)
+        trajectory = trajectory_payload(response.trajectories[0]) if with_trajectory and response.trajectories else None
+        return SearchResult(customer=customer, policy=policy, documents=response.documents, summary=response.summary, trajectory=trajectory)
 
     async def search(request: Request) -> JSONResponse:
         log = _log_fields(request)
@@ -309,7 +314,7 @@ def create_app(
             if not slots.try_acquire():
                 raise _ApiError(503, "busy", "every search worker is busy and the queue is full; retry shortly",
                                 headers={"Retry-After": str(limits.retry_after_s)})
-            future = workers.submit(answer, key, parsed.customer, parsed.query, parsed.k)
+            future = workers.submit(answer, key, parsed.customer, parsed.query, parsed.k, parsed.trajectory)
             future.add_done_callback(slots.release)
             try:
                 result = await asyncio.wait_for(asyncio.wrap_future(future), limits.search_timeout_s)
@@ -319,7 +324,7 @@ def create_app(
             except IndexUnavailable:
                 raise _ApiError(503, "index_not_built", f"the index of {parsed.customer!r} is not built yet; run `searchsmith sync {parsed.customer}`") from None
             log.update(policy=result.policy, turns=result.summary.turns, documents=len(result.documents))
-            return JSONResponse(result.model_dump())
+            return JSONResponse(result.model_dump(exclude=None if parsed.trajectory else {"trajectory"}))
         except _ApiError as error:
             log.update(error=error.code)
             if error.__cause__ is not None:
@@ -351,8 +356,10 @@ def create_app(
         stopped, workers = workers, ThreadPoolExecutor(max_workers=limits.max_concurrent_searches, thread_name_prefix="searchsmith-search")
         stopped.shutdown(wait=False, cancel_futures=True)
 
+    viewer = viewer_routes()
     app = Starlette(
         routes=[
+            *viewer,
             Route("/v1/search", search, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
@@ -363,6 +370,38 @@ def create_app(
     )
     app.state.indexes, app.state.slots, app.state.limits = indexes, slots, limits
     return app
+
+
+def trajectory_payload(trajectory: Any) -> dict[str, Any]:
+    """The trajectory record as JSON, less the per-token ids and logprobs (training data, large)."""
+    payload = json.loads(trajectory.model_dump_json())
+    for turn in payload.get("turns", []):
+        turn["completion_token_ids"] = turn["completion_logprobs"] = None
+    return payload
+
+
+# The viewer is three static files served by the service itself: no CDN, no build step. The
+# policy lets the page reach nothing but this origin.
+VIEWER_FILES = {"index.html": "text/html; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8", "viewer.css": "text/css; charset=utf-8"}
+VIEWER_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+                 "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+
+
+def viewer_routes() -> list[Route]:
+    """`GET /` (the trajectory viewer) and `GET /viewer/{viewer.js,viewer.css}`, read once per app."""
+    from pathlib import Path
+
+    folder = Path(__file__).with_name("viewer")
+    bodies = {name: (folder / name).read_bytes() for name in VIEWER_FILES}
+    headers = {"Content-Security-Policy": VIEWER_POLICY, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+
+    def page(name: str):
+        async def endpoint(request: Request) -> Response:
+            return Response(bodies[name], media_type=VIEWER_FILES[name], headers=headers)
+        return endpoint
+
+    return [Route("/", page("index.html"), methods=["GET"]),
+            *(Route(f"/viewer/{name}", page(name), methods=["GET"]) for name in VIEWER_FILES if name != "index.html")]
 
 
 class _RequestLog:

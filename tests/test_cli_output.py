@@ -163,3 +163,18 @@ def test_status_after_a_sync(small):
 def test_status_of_an_unknown_customer_is_an_error(small):
     result = run_cli(small, "status", "nobody", "--json")
     assert result.returncode == 1 and "nobody" in json.loads(result.stdout)["error"]
+
+
+@pytest.mark.slow
+def test_search_saves_the_trajectory_the_viewer_opens(small, tmp_path):
+    from retrieval.trajectory import read_jsonl
+
+    assert run_cli(small, "sync", "small").returncode == 0
+    saved = tmp_path / "answer.jsonl"
+    result = run_cli(small, "search", "small", "Which team won the FA Cup Final?", "--k", "3", "--parallel", "2", "--save", str(saved), "--json")
+    assert result.returncode == 0, result.stderr[-4000:]
+    payload = json.loads(result.stdout)
+    assert payload["saved"] == str(saved) and f"trajectory saved to {saved}" in result.stderr
+    trajectories = read_jsonl(saved)
+    assert len(trajectories) == 2 and all(t.question == "Which team won the FA Cup Final?" for t in trajectories)
+    assert all(t.turns and t.tool_call_records() for t in trajectories)
