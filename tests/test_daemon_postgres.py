@@ -93,6 +93,7 @@ class Record:
     compute_log_keys: list = field(default_factory=list)
     instance_config: dict = field(default_factory=dict)
     logs: dict = field(default_factory=dict)
+    timeline: list = field(default_factory=list)  # (seconds since the scenario began, what)
 
 
 def _spawn(command: list[str], env: dict, log_path: Path) -> subprocess.Popen:
@@ -226,6 +227,12 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: Exit
     from orchestration.instance import RunLimits, production_instance
 
     record = Record()
+    began = time.monotonic()
+
+    def mark(what: str) -> None:
+        record.timeline.append((round(time.monotonic() - began, 1), what))
+        print(f"[{record.timeline[-1][0]:6.1f}s] {what}", file=sys.stderr)
+
     env = _environment(work, pg, s3, chroma_port)
     for key in ("DAGSTER_HOME", "SEARCHSMITH_HOME", "SEARCHSMITH_CUSTOMERS_DIR", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
                 "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "SEARCHSMITH_COMPUTE_LOGS_BUCKET", *pg.env()):
@@ -253,6 +260,7 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: Exit
     instance.add_dynamic_partitions("customers", list(CUSTOMERS))
     _wait(lambda: _code_server_ready(code_port) or (code_server.poll() is not None and pytest.fail(log_tail(logs["code server"]))),
           120, "the code server", logs)
+    mark("code server ready")
     schedules = _start_instigators(instance, code_port, started_ago_s=90)
     # The forced tick fires as the daemon starts; the schedules' next tick (the second resync of
     # each customer) comes at the next minute, while the first resyncs are still running.
@@ -263,6 +271,7 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: Exit
     daemon_command = [str(BIN / "dagster-daemon"), "run", "--workspace", str(workspace)]
     daemon = _spawn(daemon_command, env, logs["daemon"])
     stack.callback(lambda: _stop(daemon))
+    mark("daemon started")
 
     def scheduled_enough():
         counts = Counter(_customer(r) for r in _runs(instance, "corpus_resync"))
@@ -270,6 +279,7 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: Exit
 
     _wait(lambda: _sample(instance, record) is not None and scheduled_enough(), 150, "two scheduled resyncs per customer", logs)
     _stop_schedules(instance, schedules)
+    mark("two resyncs per customer scheduled; schedules stopped")
 
     # Kill the daemon while the changed customer's first resync runs and its second waits in the queue.
     def running_with_one_queued():
@@ -282,12 +292,14 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: Exit
     record.killed_run = _wait(running_with_one_queued, 120, f"a resync of {record.changed_customer} running with another queued", logs)
     _stop(daemon, first=signal.SIGKILL)
     record.killed_at = time.time()
+    mark("daemon killed")
     queued_before = {run_id for run_id, status in _sample(instance, record).items() if status == "QUEUED"}
 
     def killed_run_done():
         return _sample(instance, record).get(record.killed_run) in ("SUCCESS", "FAILURE", "CANCELED")
 
     _wait(killed_run_done, 180, "the run in progress to finish without the daemon", logs)
+    mark("the run in progress finished without the daemon")
     time.sleep(3)  # longer than the dequeue interval: a live queue would have started the next run
     final_down = _sample(instance, record)
     record.queued_while_down = queued_before
@@ -298,6 +310,7 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: Exit
         path.unlink()
     daemon = _spawn(daemon_command, env, logs["daemon"])
     record.restarted_at = time.time()
+    mark("daemon restarted")
     stack.callback(lambda: _stop(daemon))
 
     def resyncs_finished():
@@ -305,23 +318,27 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, monkeypatch, stack: Exit
         return statuses and all(status in ("SUCCESS", "FAILURE", "CANCELED") for status in statuses.values())
 
     _wait(resyncs_finished, 240, "every resync to finish", logs)
-    last_resync_end = max(r.end_time or 0 for r in _runs(instance, "corpus_resync"))
+    mark("resyncs finished")
+    last_sync = max(r.timestamp for r in instance.fetch_materializations(dg.AssetKey("raw_documents"), limit=100).records)
 
-    def sensor_ticked_after(timestamp: float):
-        ticks = [t for t in _sensor_ticks(instance, code_port) if t.timestamp > timestamp and t.status.value in ("SUCCESS", "SKIPPED")]
-        return ticks
+    def sensor_caught_up():
+        """A tick that began after the last resync's documents were recorded (it saw them all),
+        and a tick after the last one that requested runs (it must have requested nothing)."""
+        ticks = [t for t in _sensor_ticks(instance) if t.status.value in ("SUCCESS", "SKIPPED")]
+        requesting = [t.timestamp for t in ticks if t.run_ids]
+        saw_all = any(t.timestamp > last_sync for t in ticks)
+        return saw_all and requesting and any(t.timestamp > max(requesting) for t in ticks)
 
-    # The tick that sees the last resync, then one more that must launch nothing.
-    first_after = _wait(lambda: sensor_ticked_after(last_resync_end), 150, "a sensor tick after the last resync", logs, step=2)
-    _wait(lambda: sensor_ticked_after(max(t.timestamp for t in first_after)), 150, "a second sensor tick", logs, step=2)
-    record.sensor_ticks = _sensor_ticks(instance, code_port)
+    _wait(sensor_caught_up, 200, "the corpus change sensor to see every resync and tick once more", logs, step=2)
+    mark("sensor caught up")
+    record.sensor_ticks = _sensor_ticks(instance)
     record.resyncs = list(_runs(instance, "corpus_resync"))
     record.finetunes = list(_runs(instance, "customer_finetune"))
     _collect_artifacts(record, instance, s3, chroma_port)
     yield record
 
 
-def _sensor_ticks(instance, port: int):
+def _sensor_ticks(instance):
     from dagster._core.definitions.run_request import InstigatorType
 
     states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.name == "corpus_change_sensor"]
