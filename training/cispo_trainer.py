@@ -151,13 +151,16 @@ def load_trainable_model(base_model: str | Path, init_adapter: str | Path | None
     from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from retrieval.policies.model_family import lora_targets, prepare_tokenizer, profile_for
     from retrieval.policies.transformers_policy import resolve_model_dir
 
     path = resolve_model_dir(base_model)
     dtype = config.dtype or ("float32" if config.device == "cpu" else "bfloat16")
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(str(path)))
+    profile = profile_for(path)
     model_config = zero_dropout_config(AutoConfig.from_pretrained(str(path)))
-    model = AutoModelForCausalLM.from_pretrained(str(path), config=model_config, dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_pretrained(str(path), config=model_config, dtype=getattr(torch, dtype),
+                                                 **(profile.load_options() if profile is not None else {}))
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
@@ -170,8 +173,11 @@ def load_trainable_model(base_model: str | Path, init_adapter: str | Path | None
             adapter_config.lora_dropout = 0.0
         model = PeftModel.from_pretrained(model, str(init_adapter), config=adapter_config, is_trainable=True)
     else:
+        targets = config.lora_target_modules
+        if targets == "all-linear" and profile is not None and profile.family == "gpt_oss":
+            targets = list(profile.lora_targets)  # its experts are fused parameters, not linear layers
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                          target_modules=config.lora_target_modules, bias="none", task_type="CAUSAL_LM")
+                          **lora_targets(targets, model), bias="none", task_type="CAUSAL_LM")
         model = get_peft_model(model, lora)
     disable_dropout(model)
     model.to(config.device)

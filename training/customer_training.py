@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corpus.storage import ArtifactStore
 from retrieval.backend import SearchBackend
@@ -72,6 +72,28 @@ class TrainingSettings(BaseModel):
     # HarnessConfig overrides for teacher and RL rollouts (the student's budget: a small model's
     # context); `rl.harness` adds to these for RL alone.
     harness: dict = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fits_base_model(self) -> TrainingSettings:
+        """The base model's family decides the chat format, LoRA targets and loading options
+        (`model_family`); only a setting that cannot work with it is refused here, when the
+        model's folder is on this machine (a machine without it validates the rest)."""
+        from retrieval.policies.model_family import profile_for
+
+        profile = profile_for(self.base_model)
+        forced = profile.lora_dropout if profile is not None else None
+        if (forced is not None and "dropout" in self.lora.model_fields_set and self.lora.dropout != forced
+                and "target_modules" not in self.lora.model_fields_set):
+            raise ValueError(f"training.lora.dropout {self.lora.dropout}: a {profile.family} base model trains LoRA on "
+                             f"its fused experts through peft's parameter targeting, which has no dropout; use "
+                             f"{forced} or leave it unset")
+        return self
+
+    def base_profile(self) -> Any:
+        """The base model's `BaseModelProfile` (None when its folder is not on this machine)."""
+        from retrieval.policies.model_family import profile_for
+
+        return profile_for(self.base_model)
 
     def harness_config(self) -> Any:
         """The student's profile (teacher rollouts run it in the full view when it is compact)."""
@@ -364,8 +386,11 @@ def rl_config(settings: TrainingSettings, has_init_adapter: bool, benchmark_k: i
     values = rl.model_dump(exclude={"max_tasks", "from_sft"})
     values["harness"] = {**settings.harness, **rl.harness}
     if not has_init_adapter:
-        values.update(lora_r=settings.lora.rank, lora_alpha=settings.lora.alpha,
-                      lora_target_modules=list(settings.lora.target_modules))
+        from retrieval.policies.model_family import profile_for
+        from training.sft_settings import lora_shape
+
+        targets, _dropout = lora_shape(settings.lora, profile_for(settings.base_model))  # CISPO has no dropout
+        values.update(lora_r=settings.lora.rank, lora_alpha=settings.lora.alpha, lora_target_modules=targets)
     if "device" not in rl.model_fields_set and torch.cuda.is_available():
         values["device"] = "cuda"
     if benchmark_k is not None and "reward_k" not in rl.model_fields_set:

@@ -79,9 +79,12 @@ def resolve_base_model(base_model: str | Path) -> Path:
 
 
 def load_tokenizer(base_model: str | Path) -> Any:
+    """The base model's tokenizer with the chat template its family renders with (`model_family`)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(resolve_base_model(base_model)))
+    from retrieval.policies.model_family import prepare_tokenizer
+
+    return prepare_tokenizer(AutoTokenizer.from_pretrained(str(resolve_base_model(base_model))))
 
 
 def prepare_samples(trajectories: Sequence[Trajectory], base_model: str | Path, sft: SFTSettings) -> SampleSet:
@@ -146,8 +149,11 @@ def train_sft(
     """
     import torch
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
+
+    from retrieval.policies.model_family import lora_targets, profile_for
+    from training.sft_settings import lora_shape
 
     lora = lora or LoraSettings()
     sft = sft or SFTSettings()
@@ -165,16 +171,18 @@ def train_sft(
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        tokenizer = load_tokenizer(model_dir)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        profile = profile_for(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
+                                                     **(profile.load_options() if profile is not None else {}))
         if on_gpu:
             torch.cuda.reset_peak_memory_stats()
-        peft_config = LoraConfig(
-            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules), bias="none", task_type="CAUSAL_LM",
-        )
+        target_names, dropout = lora_shape(lora, profile)
+        targets = lora_targets(target_names, model)
+        peft_config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=dropout, **targets,
+                                 bias="none", task_type="CAUSAL_LM")
         with tempfile.TemporaryDirectory(prefix="sft-trainer-") as scratch:
             args = SFTConfig(
                 output_dir=scratch, num_train_epochs=sft.epochs, max_steps=sft.max_steps,
@@ -230,6 +238,8 @@ def train_sft(
         "lineage": lineage or {},
         "data": samples.metadata(),
         "config": {"lora": lora.model_dump(), "sft": sft.model_dump()},
+        "lora_targets": {**targets, "dropout": dropout},
+        "base_profile": profile.to_dict() if profile is not None else None,
         "harness_profile": harness_profile or {},
         "metrics": metrics,
         "loss_curve": curve.points,

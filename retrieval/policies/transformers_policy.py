@@ -4,8 +4,10 @@ Why in-process: CPU runs, tests, tiny models and RL rollouts on one machine need
 prompt is the model's own chat template rendered with the tool schemas
 (`apply_chat_template(messages, tools=tools, add_generation_prompt=True)`), so SFT, RL and
 serving all see the same text. Tool calls are parsed from the generated text by
-`tool_parsing.parse_tool_calls` (Hermes `<tool_call>` blocks, SmolLM2's list form, bare JSON
-lists); a malformed reply becomes `PolicyStep.error`, never an exception.
+`tool_parsing.parse_reply` in the model family's format (Hermes `<tool_call>` blocks, SmolLM2's
+list form, bare JSON lists; or harmony for gpt-oss, whose tokenizer gets our harmony template
+and whose MXFP4 weights are dequantized on load: `model_family`); a malformed reply becomes
+`PolicyStep.error`, never an exception.
 
 For RL each step records the sampled completion token ids and their log-probabilities under the
 sampling distribution: `log_softmax(logits / T)` at T > 0 (top-k and top-p are switched off so
@@ -27,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
-from retrieval.policies.tool_parsing import parse_tool_calls
+from retrieval.policies.model_family import chat_format_of, prepare_tokenizer, profile_for
+from retrieval.policies.tool_parsing import parse_reply
 from retrieval.policy_base import Message, PolicyStep
 
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct")
@@ -43,6 +46,7 @@ class LoadedModel:
     pad_token_id: int | None
     max_positions: int | None
     lock: threading.Lock
+    chat_format: str = "chatml"  # how replies are parsed: "chatml" (Hermes tool calls) or "harmony"
     _batcher: GenerationBatcher | None = None
 
     def batcher(self) -> GenerationBatcher:
@@ -83,7 +87,7 @@ def load_tokenizer(model_path_or_dir: str | Path) -> Any:
         if str(path) not in _TOKENIZERS:
             from transformers import AutoTokenizer
 
-            _TOKENIZERS[str(path)] = AutoTokenizer.from_pretrained(str(path))
+            _TOKENIZERS[str(path)] = prepare_tokenizer(AutoTokenizer.from_pretrained(str(path)))
         return _TOKENIZERS[str(path)]
 
 
@@ -109,8 +113,10 @@ def load_model(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch_dtype = "auto" if dtype_name == "auto" else getattr(torch, dtype_name)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(str(path)))
+        profile = profile_for(path)
+        options = profile.load_options() if profile is not None else {}
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, **options)
         if adapter is not None:
             from peft import PeftModel
 
@@ -172,14 +178,18 @@ def from_model(model: Any, tokenizer: Any) -> LoadedModel:
     for value in (gen_eos if isinstance(gen_eos, list) else [gen_eos]) + [tokenizer.eos_token_id]:
         if isinstance(value, int) and value not in ids:
             ids.append(value)
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
-    if isinstance(im_end, int) and im_end not in ids:
-        ids.append(im_end)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (ids[0] if ids else None)
     config = getattr(model, "config", None)
+    chat_format = chat_format_of(tokenizer, config)
+    vocab = tokenizer.get_vocab()
+    # A turn ends at ChatML's <|im_end|>, or at harmony's <|call|> / <|return|> (never at <|end|>,
+    # which closes a message inside a turn: an analysis, or one of several tool calls).
+    for marker in ("<|return|>", "<|call|>") if chat_format == "harmony" else ("<|im_end|>",):
+        if marker in vocab and vocab[marker] not in ids:
+            ids.append(vocab[marker])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (ids[0] if ids else None)
     max_positions = getattr(config, "max_position_embeddings", None)
     return LoadedModel(model=model, tokenizer=tokenizer, eos_token_ids=ids, pad_token_id=pad,
-                       max_positions=max_positions, lock=threading.Lock())
+                       max_positions=max_positions, lock=threading.Lock(), chat_format=chat_format)
 
 
 def clear_model_cache() -> None:
@@ -336,7 +346,7 @@ class TransformersPolicy:
         logprobs = completion_logprobs(logits, completion, self.temperature)
         raw_text = lm.tokenizer.decode(completion, skip_special_tokens=False)
         text = strip_end_markers(raw_text, lm.tokenizer, lm.eos_token_ids)
-        parsed = parse_tool_calls(text, id_prefix=id_prefix)
+        parsed = parse_reply(text, lm.chat_format, id_prefix=id_prefix)
         error = parsed.error
         if not parsed.tool_calls and parsed.content is None and error is None:
             error = "empty completion"

@@ -1,0 +1,296 @@
+"""gpt-oss end to end on a tiny random `GptOssForCausalLM` (CPU, seconds): its profile is read from
+config.json, it drives the harness in harmony, LoRA SFT trains attention and the fused experts
+and loads back with the same logits, an MXFP4 checkpoint is dequantized on load, the sampler's
+log-probs are what the CISPO trainer recomputes, and CISPO runs.
+
+The tiny model is the real architecture (attention sinks, sliding/full layers, top-k router,
+fused experts, YaRN) with a harmony tokenizer trained on the harness's texts; see
+`retrieval.small_model.build_tiny_gpt_oss`. The student is that model after 30 LoRA SFT steps on
+a scripted teacher that issues two calls in one turn and then answers: greedy, it repeats both
+calls in harmony, the harness runs them and it answers, which only works when the template,
+the SFT span, the generation stops and the parser agree. Everything is seeded (CPU, one thread).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from retrieval.answer import format_final_answer
+from retrieval.harness import HarnessConfig, run_episode
+from retrieval.policies.model_family import GPT_OSS_EXPERT_PARAMETERS, profile_for, profile_from_config
+from retrieval.policies.transformers_policy import TokenizerCounter, TransformersPolicy, clear_model_cache, load_model
+from retrieval.policy_base import PolicyStep, ToolCall
+from tests.support.mxfp4 import write_mxfp4_checkpoint
+from tests.support.tiny_models import TinyBackend, tiny_vocab_texts
+from tests.test_training_cispo_support import MemoryBackend, lighthouse_tasks
+from training.sft import run_sft
+from training.sft_settings import LoraSettings, SFTSettings
+
+QUESTION = "Who designed the Alpha Lighthouse?"
+HARNESS = HarnessConfig(token_budget=2048, response_reserve_tokens=256, search_budget_tokens=256, max_turns=3)
+ATTENTION = ["k_proj", "o_proj", "q_proj", "v_proj"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def gpt_oss_dir(tmp_path_factory) -> Path:
+    from retrieval.small_model import build_tiny_gpt_oss
+
+    texts = [*tiny_vocab_texts(), *(task.question for task in lighthouse_tasks())]
+    return build_tiny_gpt_oss(tmp_path_factory.mktemp("gpt-oss") / "model", texts, seed=0)
+
+
+class ParallelTeacher:
+    """Two calls in one turn (Context-1's parallel calls), then the answer (the gold document d1)."""
+
+    name = "parallel-teacher"
+
+    def __init__(self, counter):
+        self.counter = counter
+
+    def token_counter(self):
+        return self.counter
+
+    def new_episode(self, question, seed=0):
+        return self
+
+    def act(self, messages, tools):
+        if not any(m["role"] == "tool" for m in messages):
+            return PolicyStep(content="", tool_calls=[
+                ToolCall("s", "search_corpus", {"query": "Alpha Lighthouse"}), ToolCall("g", "grep_corpus", {"pattern": "Quell"})])
+        return PolicyStep(content=format_final_answer([("d1", "designed by Mara Quell")]))
+
+
+def teacher_trajectories(model_dir: Path) -> list:
+    from transformers import AutoTokenizer
+
+    counter = TokenizerCounter(AutoTokenizer.from_pretrained(str(model_dir)))
+    return [run_episode(MemoryBackend(), ParallelTeacher(counter), task.question, HARNESS, task_id=task.task_id)
+            for task in lighthouse_tasks()]
+
+
+def adapter_logits(model_dir: Path, adapter: Path | None, ids: list[int]) -> torch.Tensor:
+    """Logits of base + adapter kept unmerged (peft's own forward), fp32."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(adapter))
+    with torch.no_grad():
+        return model.eval()(input_ids=torch.tensor([ids])).logits[0]
+
+
+# ---- the profile ---------------------------------------------------------------------------------
+
+
+def test_profile_is_chosen_from_the_models_config(gpt_oss_dir, tmp_path):
+    profile = profile_for(gpt_oss_dir)
+    assert (profile.family, profile.chat_format, profile.tool_call_parser) == ("gpt_oss", "harmony", "openai")
+    assert set(GPT_OSS_EXPERT_PARAMETERS) <= set(profile.lora_targets) and profile.lora_dropout == 0.0
+    assert profile.context_window == 65536 and profile.stop_tokens == ("<|return|>", "<|call|>")
+    assert profile.dequantize_mxfp4 is False and profile.load_options() == {}
+    assert profile_from_config({"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4"}}).dequantize_mxfp4
+    assert profile_from_config({"model_type": "qwen3"}).tool_call_parser == "hermes"
+    assert profile_from_config({"model_type": "llama", "vocab_size": 49152}).tool_call_parser == "hermes"
+    assert profile_from_config({"model_type": "llama", "vocab_size": 128256}).tool_call_parser == "llama3_json"
+    assert "gate_proj" in profile_from_config({"model_type": "qwen3"}).lora_targets
+    assert profile_for("smollm2").chat_format == "chatml"
+    assert profile_for(tmp_path / "absent") is None  # a validating machine without the weights
+
+
+def test_a_customer_file_naming_a_gpt_oss_folder_needs_no_other_setting(gpt_oss_dir, tmp_path):
+    from corpus.config import load_customer
+    from orchestration.customer_files import section_errors
+    from training.customer_training import rl_config, training_settings
+    from training.sft_settings import lora_shape
+
+    (tmp_path / "docs").mkdir()
+    path = tmp_path / "acme.yaml"
+    path.write_text(f"name: acme\ndomain: web\nsources:\n  - {{type: local, path: ./docs}}\n"
+                    f"training:\n  base_model: {gpt_oss_dir}\n")
+    config = load_customer(path)
+    assert section_errors(config) == []
+    settings = training_settings(config)
+    assert settings.base_profile().family == "gpt_oss"
+    targets, dropout = lora_shape(settings.lora, settings.base_profile())
+    assert set(targets) == {*ATTENTION, *GPT_OSS_EXPERT_PARAMETERS} and dropout == 0.0
+    assert set(rl_config(settings, has_init_adapter=False).lora_target_modules) == set(targets)
+    # a dropout the experts' LoRA cannot have is refused when the file is read, naming the key
+    path.write_text(path.read_text() + "  lora: {dropout: 0.05}\n")
+    errors = section_errors(load_customer(path))
+    assert len(errors) == 1 and errors[0].startswith("training:") and "no dropout" in errors[0]
+
+
+# ---- the policy --------------------------------------------------------------------------------
+
+
+def test_tiny_gpt_oss_drives_the_harness_in_harmony(gpt_oss_dir):
+    clear_model_cache()
+    policy = TransformersPolicy(str(gpt_oss_dir), max_new_tokens=12, dtype="float32")
+    trajectory = run_episode(TinyBackend(), policy, QUESTION, HARNESS, task_id="t")
+    lm = policy.loaded()
+    vocab = lm.tokenizer.get_vocab()
+    assert lm.chat_format == "harmony" and type(lm.model).__name__ == "GptOssForCausalLM"
+    assert {vocab["<|return|>"], vocab["<|call|>"]} <= set(lm.eos_token_ids) and vocab["<|end|>"] not in lm.eos_token_ids
+    assert trajectory.turns and trajectory.stop_reason
+    prompt = policy.render_prompt(trajectory.turns[0].view_messages, trajectory.tools)
+    assert prompt.startswith("<|start|>system<|message|>") and prompt.endswith("<|start|>assistant")
+    assert "namespace functions {" in prompt
+    for turn in trajectory.turns:
+        ids = turn.completion_token_ids
+        assert ids and len(turn.completion_logprobs) == len(ids)
+        stops = [i for i, t in enumerate(ids) if t in lm.eos_token_ids]
+        assert stops in ([], [len(ids) - 1]), "generation stops at the first <|call|>/<|return|>"
+
+
+# ---- SFT: attention and experts ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sft_adapter(gpt_oss_dir, tmp_path_factory):
+    """The student: LoRA (targets and dropout left to the family) after 30 steps on both tasks."""
+    trajectories = teacher_trajectories(gpt_oss_dir)
+    sft = SFTSettings(learning_rate=1e-2, max_steps=30, batch_size=2, grad_accum=1, lr_scheduler="constant",
+                      max_length=4096, torch_threads=1, seed=0)
+    out = tmp_path_factory.mktemp("sft") / "adapter"
+    return run_sft(trajectories, str(gpt_oss_dir), out, lora=LoraSettings(rank=8, alpha=16), sft=sft), trajectories
+
+
+def test_sft_trains_lora_on_attention_and_the_fused_experts(sft_adapter):
+    from safetensors.torch import load_file
+
+    result, _ = sft_adapter
+    adapter = Path(result.adapter_path)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert sorted(config["target_modules"]) == ATTENTION and config["lora_dropout"] == 0.0
+    assert sorted(config["target_parameters"]) == sorted(GPT_OSS_EXPERT_PARAMETERS)
+    assert result.steps == 30 and result.metrics["final_loss"] < result.metrics["first_loss"]
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    experts_b = [v for k, v in weights.items() if ".mlp.experts." in k and "lora_B" in k]
+    attention_b = [v for k, v in weights.items() if "self_attn" in k and "lora_B" in k]
+    assert len(experts_b) == 2 * 2 and attention_b  # both expert projections of both layers
+    assert all(float(v.abs().max()) > 0 for v in experts_b + attention_b), "B starts at zero: training moved it"
+    sidecar = json.loads((adapter / "searchsmith_adapter.json").read_text())
+    assert sidecar["base_profile"]["family"] == "gpt_oss" and sidecar["lora_targets"]["dropout"] == 0.0
+
+
+def test_the_adapter_loads_back_with_the_same_logits(sft_adapter, gpt_oss_dir):
+    result, trajectories = sft_adapter
+    from training.sft import load_tokenizer
+    from training.sft_samples import build_samples
+
+    ids = build_samples(trajectories, load_tokenizer(gpt_oss_dir), 4096).samples[0].input_ids
+    unmerged = adapter_logits(gpt_oss_dir, Path(result.adapter_path), ids)
+    base = adapter_logits(gpt_oss_dir, None, ids)
+    clear_model_cache()
+    merged_model = load_model(str(gpt_oss_dir), result.adapter_path, dtype="float32").model  # the policy merges LoRA in
+    with torch.no_grad():
+        merged = merged_model(input_ids=torch.tensor([ids])).logits[0]
+    assert (unmerged - base).abs().max() > 1e-3, "the adapter changes the model"
+    torch.testing.assert_close(merged, unmerged, atol=1e-4, rtol=1e-4)
+
+
+def test_the_student_calls_two_tools_in_one_turn_then_answers(sft_adapter, gpt_oss_dir):
+    result, _ = sft_adapter
+    clear_model_cache()
+    policy = TransformersPolicy(str(gpt_oss_dir), adapter_path=result.adapter_path, max_new_tokens=64, dtype="float32")
+    task = lighthouse_tasks()[1]
+    trajectory = run_episode(MemoryBackend(), policy, task.question, HARNESS, task_id=task.task_id)
+    first = trajectory.turns[0]
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [
+        ("search_corpus", {"query": "Alpha Lighthouse"}), ("grep_corpus", {"pattern": "Quell"})]
+    assert first.raw_text.count("<|call|>") == 1 and first.raw_text.endswith("<|call|>")
+    assert all(record.error is None for record in first.tool_calls) and "d1" in first.tool_calls[0].result_doc_ids
+    assert trajectory.stop_reason == "answer" and [d.doc_id for d in trajectory.final_ranking] == ["d1"]
+    assert trajectory.turns[-1].raw_text.endswith("<|return|>")
+
+
+# ---- MXFP4 ---------------------------------------------------------------------------------------
+
+
+def test_an_mxfp4_checkpoint_is_dequantized_on_load_and_trains(gpt_oss_dir, tmp_path):
+    expected = write_mxfp4_checkpoint(gpt_oss_dir, tmp_path / "mxfp4")
+    profile = profile_for(tmp_path / "mxfp4")
+    assert profile.dequantize_mxfp4 and profile.load_options()["quantization_config"].dequantize is True
+    clear_model_cache()
+    model = load_model(str(tmp_path / "mxfp4"), dtype="float32").model
+    parameters = dict(model.named_parameters())
+    assert set(expected) == {n for n in parameters if n.endswith(GPT_OSS_EXPERT_PARAMETERS)}
+    for name, weight in expected.items():
+        assert parameters[name].dtype == torch.float32
+        torch.testing.assert_close(parameters[name].detach(), weight, atol=0, rtol=0)
+    sft = SFTSettings(learning_rate=1e-2, max_steps=2, batch_size=1, grad_accum=1, max_length=4096, torch_threads=1)
+    result = run_sft(teacher_trajectories(tmp_path / "mxfp4"), str(tmp_path / "mxfp4"), tmp_path / "adapter", sft=sft)
+    config = json.loads((Path(result.adapter_path) / "adapter_config.json").read_text())
+    assert result.steps == 2 and sorted(config["target_parameters"]) == sorted(GPT_OSS_EXPERT_PARAMETERS)
+
+
+# ---- CISPO ---------------------------------------------------------------------------------------
+
+
+def test_sampled_logprobs_are_what_the_cispo_trainer_recomputes(sft_adapter, gpt_oss_dir):
+    """pi_old (recorded while sampling harmony turns) equals pi (the trainer's forward over the
+    re-rendered prompt + sampled ids) on the sampler's own weights; one CISPO step then moves the
+    experts' LoRA weights."""
+    from training.cispo_trainer import CispoConfig, load_trainable_model
+    from training.cispo_update import cispo_optimizer_step, sequence_logprobs
+    from training.rl_batch import collate, sequences_from_groups
+    from training.rl_rollouts import collect_rollouts
+    from training.rollout_engine import TransformersRolloutEngine
+
+    result, _ = sft_adapter
+    config = CispoConfig(device="cpu", seed=0)
+    model, tokenizer = load_trainable_model(gpt_oss_dir, result.adapter_path, config)
+    engine = TransformersRolloutEngine(model, tokenizer, temperature=1.0, max_new_tokens=24, seed=0)
+    harness = HarnessConfig.for_training(max_turns=2)
+    batch = collect_rollouts(engine.policy(), MemoryBackend(), lighthouse_tasks()[:1], group_size=2, harness_config=harness,
+                             seed=0, workers=1)
+    group = batch.groups[0]
+    group.advantages = [1.0, -1.0]  # whatever the rewards were: both directions get a gradient
+    sequences, counts = sequences_from_groups(tokenizer, [group])
+    assert counts.completion_tokens > 0
+    model.eval()
+    with torch.no_grad():
+        new, old, _, _ = sequence_logprobs(model, collate(sequences, tokenizer.pad_token_id))
+    torch.testing.assert_close(new, old, atol=2e-4, rtol=0)
+    experts = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad and ".mlp.experts." in n}
+    assert experts
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    update = cispo_optimizer_step(model, optimizer, sequences, pad_id=tokenizer.pad_token_id, eps_low=1.0, eps_high=4.0)
+    assert abs(update["ratio_mean"] - 1.0) < 1e-3
+    moved = [n for n, p in model.named_parameters() if n in experts and not torch.equal(p.detach(), experts[n])]
+    assert moved, "the CISPO step updates the experts' LoRA"
+
+
+def test_cispo_runs_two_steps_from_the_student(sft_adapter, gpt_oss_dir, tmp_path):
+    """Sampling near-greedily (T = 0.03: the student's distribution is still flat, so T = 1 would
+    sample noise) gives groups whose rewards differ; a trained step starts at pi/pi_old = 1."""
+    from training.cispo_trainer import CispoConfig, train_cispo
+
+    result, _ = sft_adapter
+    config = CispoConfig(group_size=4, tasks_per_step=2, steps=2, substeps=1, learning_rate=1e-2, max_new_tokens=64,
+                         temperature=0.03, harness={"max_turns": 3}, rollout_workers=1, checkpoint_every=1, seed=0)
+    run = train_cispo(config, lighthouse_tasks(), MemoryBackend(), gpt_oss_dir, result.adapter_path, tmp_path / "run")
+    assert [row["step"] for row in run.history] == [0, 1] and run.steps == 2
+    assert [p.name for p in run.checkpoints] == ["step-000001", "step-000002"]
+    adapter_config = json.loads((run.adapter_path / "adapter_config.json").read_text())
+    assert sorted(adapter_config["target_parameters"]) == sorted(GPT_OSS_EXPERT_PARAMETERS)
+    assert max(row["reward_mean"] for row in run.history) > 1.0, "the student answers with the gold document"
+    trained = [row for row in run.history if not row["skipped"]]
+    assert trained, "at least one group's rewards differed"
+    for row in trained:
+        ratio = row["first_substep_ratio"]
+        assert abs(ratio["min"] - 1.0) < 1e-3 and abs(ratio["max"] - 1.0) < 1e-3 and ratio["n_tokens"] > 0
