@@ -25,8 +25,14 @@ against a loopback fake): start the server with runtime LoRA updates allowed and
 LoRA rank, on a filesystem the trainer writes to (the server reads the adapter folder):
 
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve BASE_MODEL --enable-lora \\
-        --max-lora-rank 16 --max-loras 2 --enable-auto-tool-choice --tool-call-parser hermes \\
+        --max-lora-rank 16 --max-loras 2 --enable-auto-tool-choice --tool-call-parser PARSER \\
         --logprobs-mode processed_logprobs --generation-config vllm
+
+(PARSER from the base model's profile, `retrieval.policies.model_family.profile_for(BASE).tool_call_parser`:
+`hermes` for SmolLM2 and Qwen3, `openai` for gpt-oss). Not yet consistent for gpt-oss: vLLM renders
+gpt-oss chat requests with openai-harmony's renderer, not the folder's chat template, so the
+trainer's re-rendered prompts would differ from the sampled ones; gpt-oss rollouts need the
+prompt sent as tokens rendered by our template (not done yet).
 
 `--logprobs-mode processed_logprobs` makes the reported log-probs those of the distribution
 actually sampled (after temperature; vLLM's default reports the raw model's, which differ from
