@@ -239,14 +239,15 @@ def cmd_demo(args) -> dict[str, Any]:
 
 
 def _human_demo(payload: dict[str, Any]) -> str:
+    """Ends with the gate's table and the answer (each step already printed its own line)."""
     served = payload["served"]
     lines = [
-        f"materialized for demo: {', '.join(payload['materialized'])}",
+        "next: `searchsmith status demo`; `searchsmith keys create demo` and `searchsmith api --port 8080`, then open "
+        "http://127.0.0.1:8080/ (the trajectory viewer) or POST /v1/search with the key",
         f"gate: {'promoted' if served['promoted'] else 'not promoted'}: {served['reason']}",
         *([served["gate"]] if served.get("gate") else []),
         f"search service ({payload['search']['via']}, policy {payload['search']['policy']}): {payload['search']['question']}",
         _human_search(payload["search"]),
-        "next: `searchsmith keys create demo` and `searchsmith api --port 8080`, then POST /v1/search with the key",
     ]
     return "\n".join(lines)
 

@@ -10,8 +10,8 @@ gets a listener on its run id, and
 - each finished step prints one line with its key figures and its duration
   (`chroma_index      3,026 chunks embedded  2m41s`), a failing asset check one line too.
 
-Library logging below WARNING and Python warnings from libraries go to the log file only (with
-`-v`, to stderr too), so the terminal keeps what a person acts on.
+Library logging below ERROR, Python warnings and what libraries print on stdout go to the log
+file only (with `-v`, to stderr too), so the terminal keeps what a person acts on.
 
 Simplified: the status line is per step, not a bar per item inside a step (documents synced,
 chunks embedded): the stage packages expose no progress hooks to the assets yet.
@@ -72,7 +72,8 @@ def _best(metadata: dict[str, Any], suite: str = "test") -> str:
 def _checkpoint(metadata: dict[str, Any]) -> str:
     if metadata.get("reused"):
         return "reused (nothing that determines it changed)"
-    parts = [f"{_n(metadata.get('steps', 0))} steps"]
+    steps = metadata.get("steps", 0)
+    parts = [f"{_n(steps)} step{'' if steps == 1 else 's'}"]
     for key in ("loss", "reward"):
         if isinstance(metadata.get(key), (int, float)):
             parts.append(f"{key} {metadata[key]:.4g}")
@@ -300,6 +301,25 @@ class _OnTerminal(logging.Filter):
         return record.levelno >= logging.ERROR or (ours and record.levelno >= logging.WARNING)
 
 
+class _Printed:
+    """A stdout for library prints: into the log file, under the console's lock."""
+
+    def __init__(self, console: RunConsole):
+        self.console = console
+
+    def write(self, text: str) -> int:
+        with self.console.lock:
+            self.console.log.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with self.console.lock:
+            self.console.log.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 @contextlib.contextmanager
 def console_session(home: Path, command: str, *, verbose: bool, live: bool, stream: TextIO | None = None) -> Iterator[RunConsole]:
     """Route job events and library logging for one CLI command (module doc); prints the log
@@ -325,8 +345,11 @@ def console_session(home: Path, command: str, *, verbose: bool, live: bool, stre
     logging.captureWarnings(True)
     token = _active.set(console)
     console.start()
+    # What libraries print (a trainer's log dicts, download notes) is for the log file too.
+    printed = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(_Printed(console))
     try:
-        yield console
+        with printed:
+            yield console
     finally:
         _active.reset(token)
         console.stop()

@@ -178,3 +178,48 @@ def test_search_saves_the_trajectory_the_viewer_opens(small, tmp_path):
     trajectories = read_jsonl(saved)
     assert len(trajectories) == 2 and all(t.question == "Which team won the FA Cup Final?" for t in trajectories)
     assert all(t.turns and t.tool_call_records() for t in trajectories)
+
+
+@pytest.mark.slow
+def test_the_demo_prints_a_short_run_and_logs_the_rest(tmp_path_factory):
+    """`searchsmith demo` through the whole lineage, on a demo customer small enough for a test
+    (20 documents, a tiny random model trained 2 steps): under 60 lines, one per step, ending with
+    the gate's table and the answer; the event log in the file."""
+    from tests.support.tiny_models import tiny_model_dir
+
+    root = tmp_path_factory.mktemp("demo-output")
+    folder = root / "customers"
+    (folder / "wiki").mkdir(parents=True)
+    for path in sorted(WIKI.glob("*.md"))[:20]:
+        shutil.copy(path, folder / "wiki" / path.name)
+    (folder / "demo.yaml").write_text(
+        "name: demo\nsources:\n  - {type: local, path: ./wiki}\n"
+        "tasks: {generator: extractive, max_seeds: 20, distractors_per_task: 2}\n"
+        "benchmark: {k: 5, policies: [bm25, hybrid, heuristic], test_limit: 3, model_options: {max_new_tokens: 8}, harness: {max_turns: 2}}\n"
+        "training:\n"
+        f"  base_model: {tiny_model_dir(tmp_path_factory)}\n"
+        "  harness: {token_budget: 4096, search_budget_tokens: 256, response_reserve_tokens: 256, max_turns: 3}\n"
+        "  teacher: {max_tasks: 3, workers: 2}\n"
+        "  lora: {rank: 4, alpha: 8}\n"
+        "  sft: {max_steps: 2, max_length: 16384, max_samples: 4, grad_accum: 1, torch_threads: 1}\n"
+        "  rl: {steps: 1, group_size: 2, tasks_per_step: 1, substeps: 1, max_new_tokens: 8, rollout_workers: 1, max_tasks: 2}\n"
+        "demo_question: \"Which team won the first FA Cup Final?\"\n"
+    )
+    env = {**os.environ, "SEARCHSMITH_HOME": str(root / "home"), "DAGSTER_HOME": str(root / "home" / "dagster"),
+           "SEARCHSMITH_CUSTOMERS_DIR": str(folder)}
+    env.pop("SEARCHSMITH_ARTIFACTS", None)
+    result = subprocess.run([*CLI, "demo"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    shown = result.stdout
+    assert result.returncode == 0, shown[-4000:]
+    lines = shown.strip().splitlines()
+    assert len(lines) < 60, shown
+    assert "STEP_START" not in shown and "DEBUG" not in shown, shown
+    for asset in ("raw_documents", "chunks", "chroma_index", "synthetic_tasks", "verified_tasks", "distractor_sets",
+                  "sft_trajectories", "sft_checkpoint", "cispo_checkpoint", "benchmark_report", "served_model"):
+        assert sum(line.startswith(asset + " ") for line in lines) == 1, (asset, shown)
+    assert re.search(r"^sft_checkpoint +2 steps, loss \d", shown, re.M), shown
+    assert re.search(r"^gate: (promoted|not promoted): ", shown, re.M) and "| candidate | answer found |" in shown
+    assert lines[-1].startswith("-- turns "), shown  # the answer comes last
+    log = next(Path(line.removeprefix("event log: ")) for line in lines if line.startswith("event log: "))
+    events = log.read_text()
+    assert "customer_lineage served_model STEP_SUCCESS" in events and "PIPELINE_SUCCESS" in events
