@@ -195,6 +195,12 @@ class RunConsole:
             self._print(text)
 
     # -- output --
+    def note(self, text: str) -> None:
+        """A progress message from our own code (an INFO log record) for the latest running step."""
+        with self.lock:
+            if self.running:
+                self.detail[next(reversed(self.running))] = text.splitlines()[0][:120] if text else ""
+
     def _print(self, text: str) -> None:
         with self.lock:
             self._clear_status()
@@ -301,6 +307,22 @@ class _OnTerminal(logging.Filter):
         return record.levelno >= logging.ERROR or (ours and record.levelno >= logging.WARNING)
 
 
+class _StatusDetail(logging.Handler):
+    """Our own INFO records (a benchmark candidate done, a CISPO step, an external file being
+    indexed) become the status line's detail: progress a person sees without a bar."""
+
+    def __init__(self, console: RunConsole):
+        super().__init__(logging.INFO)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.split(".")[0] in OUR_LOGGERS and record.levelno < logging.WARNING:
+            try:
+                self.console.note(record.getMessage())
+            except Exception:  # a malformed record must not break the command
+                self.handleError(record)
+
+
 class _Printed:
     """A stdout for library prints: into the log file, under the console's lock."""
 
@@ -338,6 +360,9 @@ def console_session(home: Path, command: str, *, verbose: bool, live: bool, stre
     quiet = _OnTerminal()
     saved_level = root.level
     root.addHandler(file_handler)
+    detail = _StatusDetail(console)
+    if live:
+        root.addHandler(detail)
     if not verbose:
         root.setLevel(logging.INFO)
         for handler in stderr_handlers:
@@ -355,6 +380,7 @@ def console_session(home: Path, command: str, *, verbose: bool, live: bool, stre
         console.stop()
         logging.captureWarnings(False)
         root.removeHandler(file_handler)
+        root.removeHandler(detail)
         root.setLevel(saved_level)
         for handler in stderr_handlers:
             handler.removeFilter(quiet)

@@ -42,6 +42,26 @@ def test_step_figures_name_what_each_step_produced():
     assert step_figures("something_new", {"rows": 3, "path": "/x", "share": 0.5}) == "rows 3, share 0.500"
 
 
+def test_our_progress_logs_become_the_status_line_detail_on_a_terminal(tmp_path):
+    import io
+    import logging
+    import time
+
+    from orchestration.console import console_session
+
+    screen = io.StringIO()
+    with console_session(tmp_path, "bench", verbose=False, live=True, stream=screen) as console:
+        console.running["benchmark_report"] = time.monotonic()
+        logging.getLogger("evaluation.bench").info("%s: answer found %.3f", "hybrid", 0.5)
+        logging.getLogger("chromadb.telemetry").info("library chatter")  # not ours: not shown
+        console._draw_status()
+    drawn = screen.getvalue()
+    assert "benchmark_report 0s (hybrid: answer found 0.500)" in drawn and "chatter" not in drawn
+    log = next((tmp_path / "logs").glob("*-bench.log")).read_text()
+    assert "evaluation.bench - hybrid: answer found 0.500" in log and "library chatter" in log
+    assert screen.getvalue().rstrip().splitlines()[-1].startswith("event log: ")
+
+
 # -- through the real CLI on a small customer --------------------------------------------------
 
 
