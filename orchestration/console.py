@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 OUR_LOGGERS = ("corpus", "retrieval", "synth", "training", "evaluation", "serving", "assets", "orchestration", "searchsmith")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+FOREIGN_LINE_GRACE_S = 2.0  # a bar that has not redrawn for this long is taken to be done
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -145,6 +146,7 @@ class RunConsole:
         self._status_width = 0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._foreign_line_at: float | None = None  # when another writer left a line open (a library's bar)
 
     # -- events --
     def __call__(self, entry: Any) -> None:
@@ -213,10 +215,21 @@ class RunConsole:
             self.stream.write("\r" + " " * self._status_width + "\r")
             self._status_width = 0
 
+    def foreign_write(self, text: str) -> None:
+        """Someone else writes to the terminal (a library's progress bar, a warning): the status
+        line makes way, and stays away while their line is open (a bar redrawing itself)."""
+        with self.lock:
+            self._clear_status()
+            self.stream.write(text)
+            if text:
+                self._foreign_line_at = None if text.endswith("\n") else time.monotonic()
+
     def _draw_status(self) -> None:
         if not self.live or not self.running:
             return
         now = time.monotonic()
+        if self._foreign_line_at is not None and now - self._foreign_line_at < FOREIGN_LINE_GRACE_S:
+            return
         frame = SPINNER[int(now * 4) % len(SPINNER)]
         parts = []
         for step, started in self.running.items():
@@ -323,6 +336,23 @@ class _StatusDetail(logging.Handler):
                 self.handleError(record)
 
 
+class _Terminal:
+    """sys.stderr during a live session: other writers go through `RunConsole.foreign_write`."""
+
+    def __init__(self, console: RunConsole, real: TextIO):
+        self.console, self.real = console, real
+
+    def write(self, text: str) -> int:
+        self.console.foreign_write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... of the real terminal
+        return getattr(self.real, name)
+
+
 class _Printed:
     """A stdout for library prints: into the log file, under the console's lock."""
 
@@ -369,6 +399,12 @@ def console_session(home: Path, command: str, *, verbose: bool, live: bool, stre
             handler.addFilter(quiet)
     logging.captureWarnings(True)
     token = _active.set(console)
+    terminal = _Terminal(console, stream) if live else None
+    saved_stderr, saved_streams = sys.stderr, [(handler, handler.stream) for handler in stderr_handlers]
+    if terminal is not None:  # library bars and our own stderr handlers make way for the status line
+        sys.stderr = terminal
+        for handler in stderr_handlers:
+            handler.setStream(terminal)
     console.start()
     # What libraries print (a trainer's log dicts, download notes) is for the log file too.
     printed = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(_Printed(console))
@@ -378,6 +414,10 @@ def console_session(home: Path, command: str, *, verbose: bool, live: bool, stre
     finally:
         _active.reset(token)
         console.stop()
+        if terminal is not None:
+            sys.stderr = saved_stderr
+            for handler, original in saved_streams:
+                handler.setStream(original)
         logging.captureWarnings(False)
         root.removeHandler(file_handler)
         root.removeHandler(detail)

@@ -62,6 +62,30 @@ def test_our_progress_logs_become_the_status_line_detail_on_a_terminal(tmp_path)
     assert screen.getvalue().rstrip().splitlines()[-1].startswith("event log: ")
 
 
+def test_the_status_line_makes_way_for_a_library_bar(tmp_path):
+    import io
+    import sys
+    import time
+
+    from tqdm import tqdm
+
+    from orchestration.console import FOREIGN_LINE_GRACE_S, console_session
+
+    screen = io.StringIO()
+    with console_session(tmp_path, "finetune", verbose=False, live=True, stream=screen) as console:
+        console.running["sft_checkpoint"] = time.monotonic()
+        bar = tqdm(total=4, desc="train", file=sys.stderr, mininterval=0)  # as a trainer's bar is made: on sys.stderr
+        bar.update(1)
+        before = screen.getvalue()
+        console._draw_status()  # the ticker's redraw while the bar's line is open
+        assert screen.getvalue() == before and "train" in before
+        console._foreign_line_at -= FOREIGN_LINE_GRACE_S  # the bar has been quiet for the grace period
+        console._draw_status()
+        assert re.search(r"\r. sft_checkpoint \d+s$", screen.getvalue())
+        bar.close()
+    assert sys.stderr is not None and not sys.stderr.__class__.__name__ == "_Terminal"
+
+
 # -- through the real CLI on a small customer --------------------------------------------------
 
 
