@@ -24,7 +24,6 @@ happened; each test checks one property of the record:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
