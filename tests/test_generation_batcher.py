@@ -123,3 +123,60 @@ def test_batch_size_setting_is_validated(monkeypatch):
     monkeypatch.setenv("SEARCHSMITH_GENERATION_BATCH", "0")
     with pytest.raises(ValueError, match="at least 1"):
         generation_batch_size()
+
+
+def test_prefix_cache_continues_a_prompt_that_extends_an_earlier_one(tiny_dir):
+    """A second turn's prompt extends the first's: only its new tokens are computed, and the
+    batch gives the tokens and logits of a full prefill."""
+    from retrieval.policies.prefix_cache import PrefixCache
+    from retrieval.policies.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(str(tiny_dir), max_new_tokens=10, dtype="float32")
+    lm = policy.loaded()
+    first = [{"role": "system", "content": "You are a search agent. Search, then answer."}, *PROMPTS[0]]
+    second = [*first, {"role": "assistant", "content": "Acme."}, *PROMPTS[1]]
+    prompts = [_prompt_ids(policy, first), _prompt_ids(policy, second)]
+    assert prompts[1][: len(prompts[0]) - 2] == prompts[0][:-2]
+    plain = GenerationBatcher(lm.model, pad_token_id=lm.pad_token_id, eos_token_ids=lm.eos_token_ids,
+                              lock=threading.Lock(), max_batch=1)
+    cache = PrefixCache(lm.model)
+    cached = GenerationBatcher(lm.model, pad_token_id=lm.pad_token_id, eos_token_ids=lm.eos_token_ids,
+                               lock=threading.Lock(), max_batch=4, prefix_cache=cache)
+    for ids in prompts:
+        expected, got = plain.generate(ids, 10), cached.generate(ids, 10)
+        assert got.completion_ids == expected.completion_ids
+        assert got.logits.float().allclose(expected.logits.float(), atol=1e-4)
+    assert cache.reused_tokens >= len(prompts[0]) - 2  # the second prompt continued from the first
+    assert cache.computed_tokens < sum(len(ids) for ids in prompts) - cache.reused_tokens + 1
+    # A batch of both (different lengths, one batch): each row still matches its own prefill.
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda ids: cached.generate(ids, 10), prompts))
+    for ids, got in zip(prompts, both):
+        assert got.completion_ids == plain.generate(ids, 10).completion_ids
+
+
+def test_prefix_cache_forgets_states_of_weights_that_changed(tiny_dir):
+    import torch
+
+    from transformers import AutoModelForCausalLM
+
+    from retrieval.policies.prefix_cache import PrefixCache
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32).eval()
+    cache = PrefixCache(model)
+    ids = list(range(5, 60))
+    before = cache.states(ids)[0][0].clone()
+    assert cache.states(ids)[0][0].equal(before) and cache.reused_tokens == len(ids)
+    with torch.no_grad():
+        next(model.parameters()).mul_(1.5)  # an optimizer step, in place
+    after = cache.states(ids)[0][0]
+    assert not after.equal(before)
+
+
+def test_prefix_cache_stands_aside_for_sliding_window_models():
+    from transformers import GptOssConfig, LlamaConfig
+
+    from retrieval.policies.prefix_cache import sliding_window_reason
+
+    assert sliding_window_reason(LlamaConfig()) is None
+    assert "sliding_attention" in sliding_window_reason(GptOssConfig())

@@ -219,7 +219,7 @@ def _forced(monkeypatch, policy, text: str) -> None:
     forced = lm.tokenizer(text, add_special_tokens=False)["input_ids"] + [lm.tokenizer.convert_tokens_to_ids("<|im_end|>")]
     model = lm.model
 
-    def generate(input_ids, attention_mask=None, generation_config=None):
+    def generate(input_ids, attention_mask=None, generation_config=None, **_cache):  # the full prompt is recomputed
         sequences = torch.cat([input_ids, torch.tensor([forced])], dim=1)
         logits = model(sequences).logits[0, input_ids.shape[1] - 1:-1]
         return SimpleNamespace(sequences=sequences, logits=tuple(step.unsqueeze(0) for step in logits))

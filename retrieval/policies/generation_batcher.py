@@ -6,8 +6,11 @@ episodes that run in threads (a benchmark's questions, the search service's requ
 group) waste most of the machine when each turn holds the model alone. Here each thread queues
 its turn and one worker thread generates the queued turns as a left-padded batch.
 
-Prefill is the other half of a turn's cost and it grows with padding, so a batch only groups
-prompts of similar length (`length_ratio`); the rest wait for the next batch, oldest first.
+Prefill is the other half of a turn's cost. With a `PrefixCache` each prompt is prefilled alone,
+continuing from the longest prefix an earlier prompt left behind (the previous turn, the shared
+system prompt), and the rows' states are stacked, left-padded, for the batched decode. Without
+one, a batch prefills its padded prompts together, so it only groups prompts of similar length
+(`length_ratio`); the rest wait for the next batch, oldest first.
 
 Only greedy decoding is batched. A sampled turn carries its own seed (what makes an RL rollout
 reproducible), which a shared batch cannot honour; those run alone, as before. Greedy outputs of
@@ -21,6 +24,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from retrieval.policies.prefix_cache import PrefixCache, stacked_cache
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_LENGTH_RATIO = 1.5
@@ -79,8 +84,10 @@ class GenerationBatcher:
         lock: threading.Lock,
         max_batch: int = DEFAULT_MAX_BATCH,
         length_ratio: float = DEFAULT_LENGTH_RATIO,
+        prefix_cache: PrefixCache | None = None,
     ):
         self.model = model
+        self.prefix_cache = prefix_cache
         self.pad_token_id = pad_token_id if pad_token_id is not None else (eos_token_ids[0] if eos_token_ids else 0)
         self.eos_token_ids = list(eos_token_ids)
         self.lock = lock
@@ -112,7 +119,9 @@ class GenerationBatcher:
                     self._ready.wait()
             time.sleep(GATHER_SECONDS)
             with self._ready:
-                batch = pick_batch(self._pending, self.max_batch, self.length_ratio)
+                # Rows prefilled one by one (prefix cache) pad only their decode: any lengths may share a batch.
+                ratio = float("inf") if self.prefix_cache is not None else self.length_ratio
+                batch = pick_batch(self._pending, self.max_batch, ratio)
                 self._pending = [turn for turn in self._pending if turn not in batch]
             try:
                 self._run(batch)
@@ -146,10 +155,18 @@ class GenerationBatcher:
             was_training = self.model.training
             self.model.eval()
             try:
+                extra: dict[str, Any] = {}
+                if self.prefix_cache is not None and width > 1 and min(len(t.prompt_ids) for t in batch) > 1:
+                    # Every row's prompt but its last token comes from the prefix cache; generate
+                    # runs the last tokens and decodes, as after a prefill of its own.
+                    states = [self.prefix_cache.states(turn.prompt_ids[:-1]) for turn in batch]
+                    if all(state is not None for state in states):
+                        extra["cache"] = stacked_cache(states, width - 1)
                 out = self.model.generate(
                     input_ids=torch.tensor(rows, device=device),
                     attention_mask=torch.tensor(mask, device=device),
                     generation_config=config,
+                    **extra,
                 )
             finally:
                 self.model.train(was_training)

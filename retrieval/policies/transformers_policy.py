@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
+from retrieval.policies.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCache
 from retrieval.policies.model_family import chat_format_of, prepare_tokenizer, profile_for
 from retrieval.policies.tool_parsing import parse_reply
 from retrieval.policy_base import Message, PolicyStep
@@ -55,7 +56,8 @@ class LoadedModel:
             if self._batcher is None:
                 self._batcher = GenerationBatcher(self.model, pad_token_id=self.pad_token_id,
                                                   eos_token_ids=self.eos_token_ids, lock=self.lock,
-                                                  max_batch=generation_batch_size())
+                                                  max_batch=generation_batch_size(),
+                                                  prefix_cache=PrefixCache(self.model, prefix_cache_tokens()) if prefix_cache_tokens() else None)
             return self._batcher
 
 
@@ -169,6 +171,18 @@ def generation_batch_size() -> int:
     if value < 1:
         raise ValueError(f"SEARCHSMITH_GENERATION_BATCH must be at least 1, got {value}")
     return value
+
+
+def prefix_cache_tokens() -> int:
+    """How many prompt tokens the prefix cache keeps; `SEARCHSMITH_PREFIX_CACHE_TOKENS=0` turns it off."""
+    import os
+
+    configured = os.environ.get("SEARCHSMITH_PREFIX_CACHE_TOKENS", "").strip()
+    if not configured:
+        return DEFAULT_MAX_TOKENS
+    if not configured.isdigit():
+        raise ValueError(f"SEARCHSMITH_PREFIX_CACHE_TOKENS must be a whole number >= 0, got {configured!r}")
+    return int(configured)
 
 
 def from_model(model: Any, tokenizer: Any) -> LoadedModel:
