@@ -16,14 +16,24 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable, Iterable
+from datetime import UTC, datetime
 
 import polars as pl
 
 from corpus.parsing import ParsedDocument, ParseError, parse_bytes
-from corpus.sources.base import Connector, Failed, Fetched, PreviousItem, SourceError, Unchanged, is_utf8_name, printable_name
+from corpus.progress import Progress
+from corpus.sources.base import (
+    Connector,
+    Failed,
+    Fetched,
+    PreviousItem,
+    SourceError,
+    Unchanged,
+    is_utf8_name,
+    printable_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +77,7 @@ class SyncCounts:
         return {k: getattr(self, k) for k in ("added", "changed", "deleted", "unchanged", "quarantined", "fetched")}
 
 
-    def add(self, other: "SyncCounts") -> None:
+    def add(self, other: SyncCounts) -> None:
         for name in ("added", "changed", "deleted", "unchanged", "quarantined", "fetched"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -105,7 +115,7 @@ def empty_documents() -> pl.DataFrame:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _previous_items(previous: pl.DataFrame, source: str) -> tuple[dict[str, PreviousItem], dict[str, list[dict]]]:
@@ -243,9 +253,11 @@ def sync_sources(
         items, previous_rows = _previous_items(previous, key)
         source_counts = SyncCounts()
         state = _SourceSync(key, domain, items, previous_rows, source_counts, stamp)
+        progress = Progress(log, f"documents scanned in {key}")
         try:
             for event in connector.scan(items):
                 state.apply(event)
+                progress.advance()
                 if on_event:
                     on_event(event.uri)
             state.finish()

@@ -14,6 +14,7 @@ zero; an episode that recorded a policy error is scored as what it returned and 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
@@ -22,10 +23,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus.progress import Progress
 from evaluation.candidates import Runnable
 from evaluation.external import BenchTask
 from evaluation.metrics import Granularity, TaskScore, score_trajectory
 from retrieval.trajectory import Trajectory, write_jsonl
+
+log = logging.getLogger(__name__)
 
 
 class CandidateFailed(RuntimeError):
@@ -68,8 +72,10 @@ def run_candidate(
     pool = ThreadPoolExecutor(workers or default_workers(), thread_name_prefix=f"bench-{safe_name(candidate.name)}")
     try:
         futures = {pool.submit(one, task): position for position, task in enumerate(tasks)}
+        counted = Progress(log, f"{candidate.name}: questions", len(tasks))
         for future in as_completed(futures):
             results[futures[future]] = future.result()
+            counted.advance()
             if bar is not None:
                 bar.update(1)
     except BaseException:

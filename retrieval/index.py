@@ -22,22 +22,27 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from corpus.progress import Progress
 from retrieval.backend import Hit
 from retrieval.bm25 import BM25Index, ids_fingerprint
 from retrieval.embeddings import TextEmbedder
 from retrieval.fusion import RRF_K, rrf
+
+log = logging.getLogger(__name__)
 
 INDEX_FORMAT_VERSION = "1"
 FUSE_DEPTH = 50  # top 50 of each leg go into RRF (Context-1)
@@ -387,12 +392,14 @@ class HybridIndex:
         """Embed new chunks block by block and upsert each block in write batches, so a crash
         keeps what was written and the next update resumes from there."""
         embed_seconds = 0.0
+        progress = Progress(log, "chunks embedded", len(positions))
         for block_start in range(0, len(positions), self.embed_block):
             block = positions[block_start : block_start + self.embed_block]
             tick = time.perf_counter()
             vectors = self.embedder.encode([table.texts[pos] for pos in block])
             embed_seconds += time.perf_counter() - tick
             self._write(collection, table, block, vectors)
+            progress.advance(len(block))
         return embed_seconds
 
     def _write(self, collection: Any, table: ChunkTable, positions: Sequence[int], vectors: np.ndarray) -> None:
@@ -413,7 +420,7 @@ class HybridIndex:
                 record["documents"] = [table.texts[pos] for pos in batch]
             collection.upsert(**record)
 
-    def load(self, chunks: pl.DataFrame, chunker: str | None = None) -> "HybridIndex":
+    def load(self, chunks: pl.DataFrame, chunker: str | None = None) -> HybridIndex:
         """Attach to the built collection for `chunks` without embedding anything.
 
         BM25 is loaded from `bm25_dir` when its manifest matches this collection and these

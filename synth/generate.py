@@ -29,6 +29,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from corpus.config import Domain
+from corpus.progress import Progress
 from corpus.storage import ArtifactStore
 from retrieval.backend import SearchBackend
 from synth.cache import ResponseCache
@@ -154,9 +155,11 @@ def synthesize_extractive(corpus: CorpusView, config: TaskGenConfig, pack: Promp
                                     exclude_kinds=config.excluded_kinds(), question_style=config.question_style)
     seeds = select_seeds(generator.eligible_seeds(), config.seed, config.max_seeds)
     result = SynthesisResult([], seeds=len(seeds))
+    progress = Progress(log, "seed documents", len(seeds))
     for seed_doc_id in seeds:
         chain = generator.generate(seed_doc_id)
         result.seeds_without_tasks += not chain
+        progress.advance(note=f"{len(result.tasks) + len(chain):,} tasks")
         for task in chain:
             checked = verify_task(task, corpus, EXTRACTIVE_RULES)
             result.tasks.append(checked)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import resource
 import sys
 import tempfile
@@ -35,6 +36,8 @@ from training.sft_settings import LoraSettings, SFTSettings
 
 SIDECAR = "searchsmith_adapter.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -121,6 +124,7 @@ def _loss_curve_callback() -> Any:
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "loss" in logs:
                 self.points.append((int(state.global_step), float(logs["loss"])))
+                log.info("SFT step %d/%d, loss %.3f", state.global_step, state.max_steps, float(logs["loss"]))
             if logs and "num_tokens" in logs:
                 self.tokens = int(float(logs["num_tokens"]))
 

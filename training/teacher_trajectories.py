@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpus.progress import Progress
 from corpus.storage import ArtifactNotFound, ArtifactStore, LocalArtifactStore
 from retrieval.backend import SearchBackend
 from retrieval.harness import Harness, HarnessConfig
@@ -36,6 +38,7 @@ from retrieval.policy_base import Policy
 from retrieval.trajectory import Trajectory
 
 STORE_FORMAT = "1"
+log = logging.getLogger(__name__)
 
 
 class TeacherFailed(RuntimeError):
@@ -182,6 +185,7 @@ def collect_teacher_trajectories(
     bar = _progress_bar(len(pending), policy.name) if progress and pending else None
     with Harness(backend, policy, config) as harness, ThreadPoolExecutor(workers, thread_name_prefix="teacher") as pool:
         futures = {pool.submit(one, *item, harness): item for item in pending}
+        progress = Progress(log, "teacher rollouts", len(futures))
         try:
             for future in as_completed(futures):
                 outcome = future.result()  # a harness exception (a bug) is raised here
@@ -189,6 +193,7 @@ def collect_teacher_trajectories(
                     failures.append(outcome)
                 else:
                     results[(outcome.task_id or "", outcome.seed)] = outcome
+                progress.advance(note=f"{len(failures)} failed" if failures else "")
                 if bar is not None:
                     bar.update(1)
         except BaseException:
