@@ -267,26 +267,33 @@ class ExtractiveGenerator:
 
     def _assemble(self, hops: list[Hop], rng: random.Random, parent: str | None) -> SynthTask:
         template_choice = rng.randrange(1 << 16)  # drawn in both styles, so both choose the same hops
-        if self.question_style == "natural":
-            return self._assemble_natural(hops, parent)
         level = len(hops) - 1
-        tokens = [f"[X{i + 1}]" for i in range(len(hops))]
-        values = [(hop.answer.text, token) for hop, token in zip(hops, tokens)]
-        subject = self.corpus.title(hops[0].doc_id)
-        clues, items = [], []
-        for i, hop in enumerate(hops):
-            hop_clues = [self._mask(sentence, subject, values) for sentence in hop.sentences]
-            clues.extend(hop_clues)
-            final = i == level
-            items.append(SupportingItem(
-                id=hop.doc_id,
-                reasoning=("holds the answer" if final else f"names {tokens[i]}, the answer of hop {i + 1}"),
-                clue_quotes=hop_clues,
-                item_quotes=list(hop.sentences),
-                contains_truth=final,
-                truth_quotes=[hop.fact] if final else [],
-            ))
         answer = hops[-1].answer
+        if self.question_style == "natural":
+            names = list(BRIDGE_NAMES)
+            hop_clues = self._natural_statements(hops)
+            hop_quotes = [[hop.fact] for hop in hops]
+            question = " ".join(text for texts in hop_clues for text in texts)
+            clues = [question]
+        else:
+            names = [f"[X{i + 1}]" for i in range(len(hops))]
+            values = [(hop.answer.text, token) for hop, token in zip(hops, names)]
+            subject = self.corpus.title(hops[0].doc_id)
+            hop_clues = [[self._mask(sentence, subject, values) for sentence in hop.sentences] for hop in hops]
+            hop_quotes = [list(hop.sentences) for hop in hops]
+            question = self.pack.extractive_question(answer.kind, names[level], template_choice)
+            clues = [text for texts in hop_clues for text in texts]
+        items = [
+            SupportingItem(
+                id=hop.doc_id,
+                reasoning=("holds the answer" if i == level else f"names {names[i]}, the answer of hop {i + 1}"),
+                clue_quotes=hop_clues[i],
+                item_quotes=hop_quotes[i],
+                contains_truth=i == level,
+                truth_quotes=[hop.fact] if i == level else [],
+            )
+            for i, hop in enumerate(hops)
+        ]
         bridging = None
         if level:
             bridging = BridgingItem(id=hops[-1].doc_id, relevant_prev_id=hops[-2].doc_id,
@@ -294,7 +301,7 @@ class ExtractiveGenerator:
         task = SynthTask(
             level=level,
             clues=clues,
-            question=self.pack.extractive_question(answer.kind, tokens[-1], template_choice),
+            question=question,
             truth=answer.text,
             truth_type=answer.kind,
             supporting_items=items,
@@ -306,12 +313,13 @@ class ExtractiveGenerator:
         )
         return task.with_id()
 
-    def _assemble_natural(self, hops: list[Hop], parent: str | None) -> SynthTask:
-        """Earlier hops as statements whose answer is called X (then Y, ...), then the last hop's
-        fact sentence as a question, its answer turned into a wh-phrase in place."""
+    def _natural_statements(self, hops: list[Hop]) -> list[list[str]]:
+        """Per hop, its part of the natural question: earlier hops as statements whose answer is
+        called X (then Y, ...), the last hop's fact sentence as the question, its answer turned
+        into a wh-phrase in place."""
         level = len(hops) - 1
         subject = self.corpus.title(hops[0].doc_id)
-        parts, items = [], []
+        parts = []
         for i, hop in enumerate(hops):
             final = i == level
             # The wh-phrase first: the answer's offsets are offsets into the untouched sentence.
@@ -321,28 +329,8 @@ class ExtractiveGenerator:
             if i == 0:  # later hops stay unnamed: naming their document would skip the hop before
                 text = name_the_subject(text, subject)
             text = text.rstrip().rstrip(".;:,")
-            text = f"{text}?" if final else f"{text}."
-            parts.append(text)
-            items.append(SupportingItem(
-                id=hop.doc_id,
-                reasoning=("holds the answer" if final else f"names {BRIDGE_NAMES[i]}, the answer of hop {i + 1}"),
-                clue_quotes=[text],
-                item_quotes=[hop.fact],
-                contains_truth=final,
-                truth_quotes=[hop.fact] if final else [],
-            ))
-        question = " ".join(parts)
-        answer = hops[-1].answer
-        bridging = None
-        if level:
-            bridging = BridgingItem(id=hops[-1].doc_id, relevant_prev_id=hops[-2].doc_id,
-                                    reasoning=f"names {hops[-2].answer.text}, the previous hop's answer")
-        task = SynthTask(
-            level=level, clues=[question], question=question, truth=answer.text, truth_type=answer.kind,
-            supporting_items=items, bridging_item=bridging, parent_id=parent, seed_doc_id=hops[0].doc_id,
-            generator=GENERATOR, domain=self.pack.domain,
-        )
-        return task.with_id()
+            parts.append([f"{text}?" if final else f"{text}."])
+        return parts
 
 
 def wh_in_place(sentence: str, answer: Span) -> str:
