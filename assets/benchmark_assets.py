@@ -8,25 +8,22 @@ import dagster as dg
 
 from assets.index_assets import open_index
 from assets.metadata import benchmark_numbers
+from assets.partitions import customers_partitions
+from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from assets.synth_assets import distractor_sets
 from assets.training_assets import cispo_checkpoint, sft_checkpoint
-from corpus.stage import chunks_key
-from evaluation.customer_report import BenchmarkSettings, benchmark_candidates, png_markdown, run_customer_benchmark
+from core.layout import CHECKPOINT_STAGES, benchmark_prefix, benchmark_summary_key, chunks_key, final_tasks_key
+from core.storage import push_folder
+from evaluation.customer_report import benchmark_candidates, png_markdown, run_customer_benchmark
 from evaluation.report import render_markdown
-from orchestration.partitions import customers_partitions
-from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
-from synth.stage import final_tasks_key, load_tasks
-from training.customer_training import STAGES, checkpoint_policies, local_adapter, read_manifest
-
-
-def benchmark_prefix(customer: str) -> str:
-    return f"{customer}/benchmark/"
+from synth.stage import load_tasks
+from training.customer_training import checkpoint_policies, local_adapter, read_manifest
 
 
 def _checkpoint_labels(artifacts, customer: str) -> dict[str, str]:
     """Checkpoint spec -> its stage (`sft`, `cispo`): a name that survives retraining."""
     labels = {}
-    for stage in STAGES:
+    for stage in CHECKPOINT_STAGES:
         manifest = read_manifest(artifacts, customer, stage)
         if manifest is not None:
             labels[f"transformers:{local_adapter(artifacts, manifest)}"] = stage
@@ -46,7 +43,7 @@ def benchmark_report(
 ) -> dg.MaterializeResult:
     name = context.partition_key
     config = customers.get(name)
-    settings = BenchmarkSettings.model_validate(config.model_extra.get("benchmark", {}) if config.model_extra else {})
+    settings = config.benchmark
     artifacts = store.get()
     index = open_index(name, store, chroma, customers)
     candidates = benchmark_candidates(settings, checkpoint_policies(artifacts, name))
@@ -55,15 +52,13 @@ def benchmark_report(
         result = run_customer_benchmark(
             load_tasks(artifacts, final_tasks_key(name)), artifacts.read_parquet(chunks_key(name)), index, settings, candidates, out, config.base_dir
         )
-        for path in sorted(out.rglob("*")):
-            if path.is_file():
-                artifacts.write_bytes(benchmark_prefix(name) + path.relative_to(out).as_posix(), path.read_bytes())
+        push_folder(artifacts, out, benchmark_prefix(name))
         metadata: dict = {"candidates": candidates, "suites": sorted(result.reports)}
         # SUITE/CANDIDATE/METRIC as numbers, so the UI plots each across materializations.
         metadata.update(benchmark_numbers(result.reports, _checkpoint_labels(artifacts, name)))
         for suite, report in result.reports.items():
             plots = "\n\n".join(png_markdown(p) for p in result.plots.get(suite, []))
             metadata[f"{suite}_report"] = dg.MetadataValue.md(render_markdown(report) + "\n\n" + plots)
-    artifacts.write_text(f"{name}/benchmark/summary.json", json.dumps({suite: r["policies"] for suite, r in result.reports.items()}, indent=2, default=str))
+    artifacts.write_text(benchmark_summary_key(name), json.dumps({suite: r["policies"] for suite, r in result.reports.items()}, indent=2, default=str))
     metadata["path"] = dg.MetadataValue.path(artifacts.uri(benchmark_prefix(name)))
     return dg.MaterializeResult(metadata=metadata)

@@ -5,12 +5,12 @@ import random
 import dagster as dg
 
 from assets.corpus_assets import chunks
+from assets.partitions import customers_partitions
+from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from assets.retries import TransientRetry, retry_transient
-from corpus.stage import chunks_key
-from orchestration.partitions import customers_partitions
-from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
-from retrieval.customer_index import build_customer_index, embedder_for, open_customer_index
-from retrieval.index import dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
+from core.layout import chunks_key
+from search.customer_index import build_customer_index, embedder_for, open_customer_index
+from search.index import dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
 
 RECALL_SAMPLE = 20
 RECALL_FLOOR = 0.9

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from assets.metadata import suite_numbers
 from assets.benchmark_assets import benchmark_report
-from orchestration.partitions import customers_partitions
-from orchestration.resources import ArtifactStoreResource, CustomersResource
-from serving.deployment import promote_best, serving_settings
+from assets.metadata import suite_numbers
+from assets.partitions import customers_partitions
+from assets.resources import ArtifactStoreResource, CustomersResource
+from serving.deployment import promote_best
 from serving.promotion import decision_table
 
 
@@ -22,7 +22,7 @@ from serving.promotion import decision_table
 )
 def served_model(context: dg.AssetExecutionContext, store: ArtifactStoreResource, customers: CustomersResource) -> dg.MaterializeResult:
     name = context.partition_key
-    outcome = promote_best(store.get(), name, serving_settings(customers.get(name)))
+    outcome = promote_best(store.get(), name, customers.get(name).serving)
     context.log.info(("promoted: " if outcome.promoted else "not promoted: ") + outcome.reason)
     decision = outcome.decision
     served = outcome.served

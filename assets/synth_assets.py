@@ -3,19 +3,11 @@
 import dagster as dg
 
 from assets.index_assets import chroma_index, open_index
-from corpus.stage import documents_key
-from orchestration.partitions import customers_partitions
-from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource, TeacherLLMResource
+from assets.partitions import customers_partitions
+from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource, TeacherLLMResource
+from core.layout import documents_key, synthetic_key, verified_key
 from synth.checks import enough_tasks_per_split, supporting_quotes_found
-from synth.stage import (
-    load_tasks,
-    run_distractors,
-    run_synthesis,
-    run_verification_split,
-    synthetic_key,
-    task_config,
-    verified_key,
-)
+from synth.stage import load_tasks, run_distractors, run_synthesis, run_verification_split
 
 MIN_TASKS_PER_SPLIT = 1
 
@@ -23,7 +15,7 @@ MIN_TASKS_PER_SPLIT = 1
 def _setup(context, customers: CustomersResource):
     name = context.partition_key
     config = customers.get(name)
-    return name, config, task_config(name, config.domain, config.tasks, str(config.base_dir))
+    return name, config, config.tasks
 
 
 @dg.asset(

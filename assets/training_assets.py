@@ -9,26 +9,25 @@ from pathlib import Path
 
 import dagster as dg
 
+from agent.policies.transformers_policy import read_adapter_sidecar
 from assets.index_assets import open_index
 from assets.metadata import training_numbers
+from assets.partitions import customers_partitions
+from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from assets.synth_assets import distractor_sets
-from corpus.stage import chunks_key
+from core.layout import chunks_key, final_tasks_key, kept_trajectories_key, sft_dataset_prefix
 from evaluation.customer_report import png_markdown
-from orchestration.partitions import customers_partitions
-from retrieval.policies.transformers_policy import read_adapter_sidecar
-from orchestration.resources import ArtifactStoreResource, ChromaResource, CustomersResource
-from synth.stage import final_tasks_key, load_tasks
+from synth.stage import load_tasks
 from training.customer_training import (
     CheckpointManifest,
     collect_sft_trajectories,
-    dataset_prefix,
-    kept_key,
     load_kept_trajectories,
+    student_harness,
+    student_policy,
     teacher_policy,
     train_cispo_checkpoint,
     train_sft_checkpoint,
     train_tasks,
-    training_settings,
 )
 
 
@@ -70,14 +69,14 @@ def sft_trajectories(
 ) -> dg.MaterializeResult:
     name = context.partition_key
     config = customers.get(name)
-    settings = training_settings(config)
+    settings = config.training
     tasks = _train_split(name, store, settings.teacher.max_tasks)
-    policy, teacher = teacher_policy(config, settings.teacher, max_docs=settings.harness_config().max_output_docs)
+    policy, teacher = teacher_policy(config, settings.teacher, max_docs=student_harness(settings).max_output_docs)
     context.log.info(f"teacher {teacher}: {settings.teacher.k_rollouts} rollout(s) on {len(tasks)} train tasks")
     with tempfile.TemporaryDirectory() as folder:
         data = collect_sft_trajectories(name, store.get(), open_index(name, store, chroma, customers), tasks, policy,
-                                        settings.teacher, Path(folder), harness=settings.harness_config(),
-                                        student=settings.student_policy())
+                                        settings.teacher, Path(folder), harness=student_harness(settings),
+                                        student=student_policy(settings))
         histogram = png_markdown(data.histogram) if data.histogram else ""
     filtered = data.metadata.pop("filter")
     return dg.MaterializeResult(metadata={
@@ -87,8 +86,8 @@ def sft_trajectories(
         "filter_counts": dg.MetadataValue.json(filtered["counts"]),
         "filter": dg.MetadataValue.json(filtered),
         "recall_histogram": dg.MetadataValue.md(histogram),
-        "path": dg.MetadataValue.path(store.get().uri(kept_key(name))),
-        "dataset": dg.MetadataValue.path(store.get().uri(dataset_prefix(name))),
+        "path": dg.MetadataValue.path(store.get().uri(kept_trajectories_key(name))),
+        "dataset": dg.MetadataValue.path(store.get().uri(sft_dataset_prefix(name))),
     })
 
 
@@ -104,7 +103,7 @@ def sft_checkpoint(context: dg.AssetExecutionContext, store: ArtifactStoreResour
     from training.sft_plots import plot_loss_curve
 
     name = context.partition_key
-    settings = training_settings(customers.get(name))
+    settings = customers.get(name).training
     trajectories = load_kept_trajectories(store.get(), name)
     manifest, curve = train_sft_checkpoint(name, store.get(), trajectories, settings, customers.home_dir())
     context.log.info(f"SFT adapter {manifest.adapter_path} ({'reused' if manifest.reused else f'{manifest.steps} steps'})")
@@ -128,12 +127,10 @@ def cispo_checkpoint(
 ) -> dg.MaterializeResult:
     from training.cispo_plots import plot_cispo_curves
 
-    from evaluation.customer_report import BenchmarkSettings
-
     name = context.partition_key
     config = customers.get(name)
-    settings = training_settings(config)
-    benchmark_k = BenchmarkSettings.model_validate((config.model_extra or {}).get("benchmark") or {}).k
+    settings = config.training
+    benchmark_k = config.benchmark.k
     tasks = _train_split(name, store, settings.rl.max_tasks)
 
     def log(row: dict) -> None:

@@ -29,7 +29,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from retrieval.chroma_client import persistent_client  # noqa: E402
+from search.chroma_client import persistent_client  # noqa: E402
 from serving.api import ApiLimits, create_app  # noqa: E402
 from serving.api_keys import ApiKeyStore  # noqa: E402
 from tests.test_index import DATA, HashEmbedder, chunk_table, make_index  # noqa: E402

@@ -43,8 +43,9 @@ def _median(values: list[float]) -> float:
 
 
 def step_split(work: Path, steps: int) -> dict:
+    from core.training_settings import CispoConfig
     from tests.test_training_cispo_support import MemoryBackend, build_answer_model, lighthouse_tasks
-    from training.cispo_trainer import CispoConfig, train_cispo
+    from training.cispo_trainer import train_cispo
 
     tasks = lighthouse_tasks()
     model = build_answer_model(work / "answer_model", [t.question for t in tasks])
@@ -63,9 +64,10 @@ def step_split(work: Path, steps: int) -> dict:
 def multi_turn_tokens(work: Path, steps: int) -> dict:
     from transformers import AutoTokenizer
 
+    from core.training_settings import CispoConfig
     from tests.test_training_cispo_batch import ANSWER, PRUNING_PLAN, WRONG
     from tests.test_training_cispo_support import MemoryBackend, ScriptedPolicy, lighthouse_tasks
-    from training.cispo_trainer import CispoConfig, train_cispo
+    from training.cispo_trainer import train_cispo
     from training.rollout_engine import SyncReport
 
     model = work / "answer_model"
@@ -112,7 +114,7 @@ def versus_trl(work: Path, steps: int, model_dir: Path | None, completion_len: i
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from retrieval.small_model import build_tiny_model
+    from agent.small_model import build_tiny_model
     from training.cispo_update import cispo_optimizer_step
     from training.rl_batch import TurnSequence
 
@@ -198,8 +200,8 @@ def vllm_sync(work: Path, syncs: int, lora_r: int = 8) -> dict:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from retrieval.harness import Harness, HarnessConfig
-    from retrieval.small_model import ensure_smollm2
+    from agent.harness import Harness, HarnessConfig
+    from agent.small_model import ensure_smollm2
     from tests.support.openai_server import _ready, _stop, free_port, vllm_python
     from tests.test_training_cispo_support import MemoryBackend, lighthouse_tasks
     from training.cispo_update import sequence_logprobs

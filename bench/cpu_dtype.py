@@ -17,8 +17,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from retrieval.policies.transformers_policy import cpu_has_native_bf16
-    from retrieval.small_model import ensure_smollm2
+    from agent.policies.transformers_policy import cpu_has_native_bf16
+    from agent.small_model import ensure_smollm2
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)

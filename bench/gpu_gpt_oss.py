@@ -83,8 +83,8 @@ def write_model_folder(folder: Path, preset: dict[str, Any]) -> Path:
 def harness_prompt_ids(n_tokens: int, vocab_size: int) -> list[int]:
     """A first-turn harness prompt rendered by our harmony template (tokenized by the tiny harmony
     tokenizer, ids shifted into the model's vocabulary), repeated to `n_tokens`."""
-    from retrieval.prompts import SYSTEM_PROMPT, tool_schemas
-    from retrieval.small_model import train_harmony_tokenizer
+    from agent.prompts import SYSTEM_PROMPT, tool_schemas
+    from agent.small_model import train_harmony_tokenizer
 
     tokenizer = train_harmony_tokenizer([SYSTEM_PROMPT, json.dumps(tool_schemas())], vocab_size=1024)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Who designed the lighthouse?"}]
@@ -101,7 +101,7 @@ def random_adapter(folder: Path, model_dir: Path, preset: dict[str, Any], target
     from safetensors.torch import save_file
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    from retrieval.policies.model_family import lora_targets
+    from agent.policies.model_family import lora_targets
 
     with torch.device("meta"):
         model = GptOssForCausalLM(GptOssConfig(**preset))
@@ -124,7 +124,8 @@ def part_train(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, An
     from peft import LoraConfig, get_peft_model
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    from retrieval.policies.model_family import GPT_OSS_LORA_TARGETS, lora_targets
+    from agent.policies.model_family import lora_targets
+    from core.base_models import GPT_OSS_LORA_TARGETS
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results: dict[str, Any] = {"device": device, "runs": []}
@@ -189,7 +190,7 @@ def part_vllm(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
 
-    from retrieval.policies.model_family import GPT_OSS_LORA_TARGETS
+    from core.base_models import GPT_OSS_LORA_TARGETS
 
     work = Path(tempfile.mkdtemp(prefix="gpu-gpt-oss-"))
     model_dir = write_model_folder(work / "model", preset)

@@ -23,20 +23,20 @@ from pathlib import Path
 
 import polars as pl
 
-from retrieval.embedding_model import load_token_offsets
-from retrieval.harness import Harness, HarnessConfig
-from retrieval.policies.heuristic import HeuristicPolicy
-from retrieval.policy_base import PolicyStep, ToolCall
-from retrieval.tools import parse_rendered_chunks
+from agent.harness import Harness, HarnessConfig
+from agent.policies.heuristic import HeuristicPolicy
+from agent.policy_base import PolicyStep, ToolCall
+from agent.tools import parse_rendered_chunks
+from search.embedding_window import load_token_offsets
 
 DEV_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "multihop_dev.jsonl"
 
 
 def pooled_index(n_questions: int, folder: Path):
     from corpus.chunking import chunk_id_for
-    from retrieval.chroma_client import persistent_client
-    from retrieval.embeddings import make_embedder
-    from retrieval.index import HybridIndex
+    from search.chroma_client import persistent_client
+    from search.embeddings import make_embedder
+    from search.index import HybridIndex
 
     questions = [json.loads(line) for line in DEV_FILE.read_text().splitlines()[:n_questions]]
     counter = load_token_offsets()

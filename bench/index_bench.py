@@ -36,8 +36,8 @@ import polars as pl  # noqa: E402
 
 from corpus.chunk_sync import CHUNK_SCHEMA  # noqa: E402
 from corpus.chunking import chunk_id_for  # noqa: E402
-from retrieval.chroma_client import persistent_client  # noqa: E402
-from retrieval.index import HybridIndex  # noqa: E402
+from search.chroma_client import persistent_client  # noqa: E402
+from search.index import HybridIndex  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_CANDIDATES = [REPO.parent / "shared" / "data" / "multihop_dev.jsonl", REPO / "tests" / "data" / "multihop_sample.jsonl"]
@@ -112,7 +112,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def embed_vs_build(records: list[dict], n: int, runs: int) -> dict:
-    from retrieval.embeddings import Embedder
+    from search.embeddings import Embedder
 
     chunks = make_chunks(paragraphs(records), n)
     texts = chunks.get_column("text").to_list()

@@ -73,7 +73,7 @@ PROFILE = {"view": "compact", "token_budget": 4096, "search_budget_tokens": 512,
            "max_turns": 4, "max_output_docs": 5}
 K = 5
 # Concurrent episodes per row: the model's greedy turns are generated in batches across them
-# (`retrieval.policies.generation_batcher`), about 1.7x the throughput of one episode at a time.
+# (`agent.policies.generation_batcher`), about 1.7x the throughput of one episode at a time.
 EPISODE_WORKERS = 16
 
 
@@ -142,7 +142,7 @@ def cli(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
 
 def episode_shares(trajectories_file: str) -> dict[str, float]:
     """Parseable final answers and valid tool calls, read from the saved trajectories."""
-    from retrieval.trajectory import read_jsonl
+    from agent.trajectory import read_jsonl
 
     trajectories = read_jsonl(trajectories_file)
     calls = [call for t in trajectories for call in t.tool_call_records()]
@@ -176,9 +176,9 @@ def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str
 
 def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -> dict[str, Any]:
     """Mean reward (the RL reward at the benchmark's k, beta 2) of a student on held-out synthetic tasks."""
+    from agent.trajectory import read_jsonl
     from evaluation.bench import run_benchmark
     from evaluation.reward import reward
-    from retrieval.trajectory import read_jsonl
 
     report = run_benchmark(tasks, backend, [spec], K, out / f"synth-{name}", progress=False, workers=EPISODE_WORKERS,
                            model_options={"max_new_tokens": size.max_new_tokens})
@@ -253,8 +253,8 @@ def main() -> None:
     timings["rl_s"] = time.perf_counter() - stage
 
     print(f"[{args.size}] evaluation on {size.eval_questions} dev questions (k={K})", file=sys.stderr)
+    from agent.policies import checkpoint_profile
     from evaluation.external import load_external_benchmark
-    from retrieval.policies import checkpoint_profile
 
     bench = load_external_benchmark(records, limit=size.eval_questions)
     sft_spec, rl_spec = f"transformers:{sft['adapter_path']}", f"transformers:{rl['adapter_path']}"
@@ -274,8 +274,8 @@ def main() -> None:
     if not args.skip_synth:
         from evaluation.external import BenchTask  # noqa: F401 - the task type run_benchmark takes
         from evaluation.synth_tasks import read_synth_tasks, tasks_from_synth
+        from core.layout import final_tasks_key
         from orchestration.runner import open_index
-        from synth.stage import final_tasks_key
 
         index, chunks = open_index(name)
         tasks_path = work / "home" / "artifacts" / final_tasks_key(name)

@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 def model_folder(name: str, scratch: Path) -> Path | None:
     if name == "tiny":
-        from retrieval.small_model import build_tiny_model
+        from agent.small_model import build_tiny_model
 
         return build_tiny_model(scratch / "tiny", ["search agent tool call"], seed=0)
     if name == "smollm2":
-        from retrieval.small_model import SMOLLM2_DIRNAME, default_models_dir, is_complete
+        from agent.small_model import SMOLLM2_DIRNAME, default_models_dir, is_complete
 
         folder = default_models_dir() / SMOLLM2_DIRNAME
         return folder if is_complete(folder) else None
@@ -62,8 +62,8 @@ def run_single(model: str, threads: int, args: argparse.Namespace) -> dict:
     """One configuration in this process (the parent starts one subprocess per configuration)."""
     from transformers import AutoConfig
 
+    from core.training_settings import LoraSettings, SFTSettings
     from training.sft import train_sft
-    from training.sft_settings import LoraSettings, SFTSettings
 
     with tempfile.TemporaryDirectory(prefix="sft-bench-") as scratch:
         folder = model_folder(model, Path(scratch))
@@ -101,13 +101,13 @@ def synthetic(args: argparse.Namespace) -> list[dict]:
 
 def pipeline(args: argparse.Namespace) -> dict:
     """Teacher -> filter -> samples -> SFT on a benchmark file's pooled corpus, each stage timed."""
+    from agent.harness import HarnessConfig
+    from agent.policies import load_policy
+    from core.training_settings import LoraSettings, SFTSettings
     from evaluation.external import load_external_benchmark
-    from retrieval.harness import HarnessConfig
-    from retrieval.policies import load_policy
     from training.sft import data_lineage, load_tokenizer, train_sft
     from training.sft_samples import build_samples
     from training.sft_selection import filter_trajectories
-    from training.sft_settings import LoraSettings, SFTSettings
     from training.teacher_trajectories import collect_teacher_trajectories
 
     report: dict = {"settings": vars(args).copy()}

@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from corpus.config import parse_customer
+from core.config import parse_customer
+from core.storage import LocalArtifactStore
 from corpus.stage import chunk_customer_documents, sync_customer_documents
-from corpus.storage import LocalArtifactStore
-from retrieval.embedding_model import embedding_model_info, load_token_offsets
+from search.embedding_window import embedding_model_info, load_token_offsets
 
 SAMPLE = Path(__file__).resolve().parents[1] / "customers" / "demo" / "benchmarks" / "multihop_sample.jsonl"
 

@@ -25,13 +25,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from core.task_settings import TaskGenConfig
 from corpus.sources.local import LocalConnector
 from corpus.sync import sync_sources
 from synth.corpus_view import CorpusView, SourceDoc
 from synth.facts import fact_sentences
-from synth.generate import EXTRACTIVE_RULES, TaskGenConfig, synthesize_extractive
-from synth.schema import SynthTask
+from synth.generate import EXTRACTIVE_RULES, synthesize_extractive
 from synth.quotes import normalize_text
+from synth.schema import SynthTask
 from synth.verify import check_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,31 +11,15 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from core.config import CustomerConfig
+from core.layout import chunks_key, documents_key, quarantine_key, source_status_key
+from core.storage import ArtifactStore
 from corpus.chunk_sync import ChunkerSettings, ChunkSyncResult, sync_chunks
 from corpus.chunking import TokenOffsets
-from corpus.config import CustomerConfig
 from corpus.sources import build_connector
-from corpus.storage import ArtifactStore
 from corpus.sync import SyncResult, sync_sources
 
 log = logging.getLogger(__name__)
-
-
-def documents_key(customer: str) -> str:
-    return f"{customer}/corpus/raw_documents.parquet"
-
-
-def quarantine_key(customer: str) -> str:
-    return f"{customer}/corpus/quarantine.parquet"
-
-
-def chunks_key(customer: str) -> str:
-    return f"{customer}/corpus/chunks.parquet"
-
-
-def source_status_key(customer: str) -> str:
-    """Each source's status in the last sync (JSON list of `SourceStatus.as_dict()`)."""
-    return f"{customer}/corpus/source_status.json"
 
 
 def sync_customer_documents(

@@ -22,18 +22,9 @@ from datetime import UTC, datetime
 
 import polars as pl
 
+from core.progress import Progress
 from corpus.parsing import ParsedDocument, ParseError, parse_bytes
-from corpus.progress import Progress
-from corpus.sources.base import (
-    Connector,
-    Failed,
-    Fetched,
-    PreviousItem,
-    SourceError,
-    Unchanged,
-    is_utf8_name,
-    printable_name,
-)
+from corpus.sources.base import Connector, Failed, Fetched, PreviousItem, SourceError, Unchanged, is_utf8_name, printable_name
 
 log = logging.getLogger(__name__)
 

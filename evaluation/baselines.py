@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from retrieval.backend import Hit, SearchBackend
-from retrieval.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
+from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
+from search.backend import Hit, SearchBackend
 
 BASELINES = ("bm25", "dense", "hybrid")
 CANDIDATE_DEPTH = 50  # chunks fetched before deduplicating documents (the fusion depth)

@@ -25,7 +25,7 @@ from evaluation.metrics import Granularity
 from evaluation.report import write_report
 from evaluation.runner import default_workers, run_candidate, save_results
 from evaluation.synth_tasks import file_kind, read_synth_tasks, tasks_from_synth
-from retrieval.backend import SearchBackend
+from search.backend import SearchBackend
 
 log = logging.getLogger(__name__)
 

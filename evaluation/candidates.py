@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.trajectory import Trajectory
 from evaluation.baselines import BASELINES, SingleShotBaseline
-from retrieval.backend import SearchBackend
-from retrieval.trajectory import Trajectory
+from search.backend import SearchBackend
 
 _NX = re.compile(r"^(?P<spec>.+)@(?P<n>\d+)$")
 
@@ -75,7 +75,7 @@ def resolve_policy(spec: str, model_options: dict[str, Any] | None = None):
     """The `Policy` for a spec, through the policies package's factory (one parser of specs).
     `model_options` (e.g. `max_new_tokens`) go to model-backed policies only: they bound what a
     model may cost on CPU without changing the scripted baselines."""
-    from retrieval.policies import load_policy
+    from agent.policies import load_policy
 
     options = dict(model_options or {}) if spec.startswith(MODEL_PREFIXES) else {}
     return load_policy(spec, **options)
@@ -86,7 +86,7 @@ class AgentCandidate:
     """The harness with one policy, 1x or Nx (rankings merged by RRF), output size `k`."""
 
     name: str
-    harness: Any  # retrieval.harness.Harness
+    harness: Any  # agent.harness.Harness
     n: int = 1
     spec: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -138,8 +138,8 @@ def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness
     """
     if spec.is_baseline:
         return SingleShotBaseline(backend, spec.policy, k)
-    from retrieval.harness import Harness
-    from retrieval.policies import checkpoint_options, harness_for
+    from agent.harness import Harness
+    from agent.policies import checkpoint_options, harness_for
 
     config = harness_for(spec.policy, **{"max_output_docs": k, **(harness_overrides or {})})
     options = checkpoint_options(spec.policy, config, model_options)

@@ -8,36 +8,14 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
 
+from core.benchmark_settings import BenchmarkSettings
 from evaluation.bench import run_bench_command, run_benchmark
 from evaluation.synth_tasks import tasks_from_synth
-from retrieval.backend import SearchBackend
-
-BASELINES = ["bm25", "dense", "hybrid", "heuristic"]
-
-
-class BenchmarkSettings(BaseModel):
-    """The customer file's `benchmark:` section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    k: int = Field(5, ge=1)
-    policies: list[str] = Field(default_factory=lambda: list(BASELINES))
-    external: list[str] = Field(default_factory=list)  # benchmark JSONL files, relative to the customer file
-    external_limit: int | None = Field(None, ge=1)
-    test_limit: int | None = Field(None, ge=1)
-    workers: int | None = Field(None, ge=1)
-    # Options for model-backed candidates (checkpoints, endpoints), e.g. {max_new_tokens: 256}:
-    # a CPU demo bounds what an undertrained model may generate per turn.
-    model_options: dict = Field(default_factory=dict)
-    harness: dict = Field(default_factory=dict)  # HarnessConfig overrides for every agent candidate
-    # Which training checkpoints join as candidates: `all` (SFT and CISPO) or `latest` (the last
-    # stage trained; halves what a CPU demo spends generating).
-    checkpoints: Literal["all", "latest"] = "all"
+from search.backend import SearchBackend
 
 
 def benchmark_candidates(settings: BenchmarkSettings, checkpoints: list[str]) -> list[str]:

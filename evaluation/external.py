@@ -137,7 +137,7 @@ def tasks_from_records(records: Sequence[ExternalRecord]) -> list[BenchTask]:
 
 def chunk_pooled(documents: pl.DataFrame, embedding_model: str | None = None) -> pl.DataFrame:
     """Chunk every pooled document with the project's chunker at the embedding window."""
-    from retrieval.embedding_model import embedding_model_info, load_token_offsets
+    from search.embedding_window import embedding_model_info, load_token_offsets
 
     info = embedding_model_info(embedding_model)
     tokenizer = load_token_offsets(embedding_model)
@@ -164,7 +164,7 @@ class ExternalBenchmark:
     path: Path
     sha256: str
     tasks: list[BenchTask]
-    index: Any  # retrieval.index.HybridIndex
+    index: Any  # search.index.HybridIndex
     n_documents: int
     n_chunks: int
     cache_dir: Path
@@ -180,7 +180,7 @@ class ExternalBenchmark:
 
 
 def default_cache_root() -> Path:
-    from corpus.registry import searchsmith_home
+    from core.registry import searchsmith_home
 
     return searchsmith_home() / "cache" / "benchmarks"
 
@@ -196,9 +196,9 @@ def load_external_benchmark(
     The corpus always pools every record (so `--limit` changes which questions run, not how hard
     retrieval is), and the index is cached under `cache_root/<sha256[:16]>`.
     """
-    from retrieval.chroma_client import persistent_client
-    from retrieval.embeddings import make_embedder
-    from retrieval.index import HybridIndex
+    from search.chroma_client import persistent_client
+    from search.embeddings import make_embedder
+    from search.index import HybridIndex
 
     path = Path(path)
     sha = file_sha256(path)

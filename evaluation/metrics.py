@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from retrieval.trajectory import Trajectory
+from agent.trajectory import Trajectory
 
 Granularity = Literal["document", "fact"]
 

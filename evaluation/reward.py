@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent.trajectory import Trajectory
+from core.training_settings import DEFAULT_EPS
 from evaluation.metrics import Gold, Granularity, TaskScore, f_beta, score_trajectory
-from retrieval.trajectory import Trajectory
 
 PRUNE_TOOL = "prune_chunks"
 
@@ -32,11 +33,6 @@ PRUNE_PENALTY_CAP = 0.5
 TURN_PENALTY_START = 64
 TURN_PENALTY_FULL = 128
 TURN_PENALTY_MAX = 0.5
-DEFAULT_EPS = 0.01
-# The output size RL rewards are scored at: the benchmark's k (`benchmark.k` of a customer file,
-# `searchsmith bench --k`, both 5 by default). The harness may return more documents
-# (`max_output_docs`, 10); scoring the reward there would train for a figure nobody reports.
-DEFAULT_REWARD_K = 5
 FAILED_STOPS = frozenset({"policy_error", "malformed"})
 
 

@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus.progress import Progress
+from agent.trajectory import Trajectory, write_jsonl
+from core.progress import Progress
 from evaluation.candidates import Runnable
 from evaluation.external import BenchTask
 from evaluation.metrics import Granularity, TaskScore, score_trajectory
-from retrieval.trajectory import Trajectory, write_jsonl
 
 log = logging.getLogger(__name__)
 

@@ -4,15 +4,15 @@ sensor that retrains a customer whose corpus changed enough."""
 
 import dagster as dg
 
+from assets.partitions import customers_partitions
+from core.registry import CustomerRegistry
 from corpus.retrain_trigger import retrain_decision
-from orchestration.customer_files import customer_registry
 from orchestration.jobs import corpus_resync_job
-from orchestration.partitions import customers_partitions
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING, description="Registers new customer files as partitions.")
 def customer_files_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    customers, problems = customer_registry().scan()
+    customers, problems = CustomerRegistry().scan()
     for problem in problems:
         context.log.warning(f"unusable customer file {problem.path}: {problem.reason}")
     known = set(context.instance.get_dynamic_partitions(customers_partitions.name))
@@ -34,7 +34,7 @@ def resync_schedule(name: str, cron: str) -> dg.ScheduleDefinition:
 
 
 def customer_schedules() -> list[dg.ScheduleDefinition]:
-    return [resync_schedule(name, config.schedule) for name, config in sorted(customer_registry().customers().items())]
+    return [resync_schedule(name, config.schedule) for name, config in sorted(CustomerRegistry().customers().items())]
 
 
 @dg.sensor(
@@ -46,7 +46,7 @@ def customer_schedules() -> list[dg.ScheduleDefinition]:
 )
 def corpus_change_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     result = context.instance.fetch_materializations(dg.AssetKey("raw_documents"), limit=100, cursor=context.cursor, ascending=True)
-    registry = customer_registry()
+    registry = CustomerRegistry()
     customers, _ = registry.scan()
     requests = []
     for record in result.records:

@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from corpus.config import CustomerConfigError
-from corpus.registry import searchsmith_home
+from core.config import CustomerConfigError
+from core.registry import CustomerRegistry, searchsmith_home
 from corpus.sources.base import printable_name
-from orchestration.customer_files import customer_registry
 from orchestration.errors import CliError
 
 
@@ -48,7 +47,7 @@ def emit(payload: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]
 
 def cmd_customers_list(args) -> dict[str, Any]:
     """Valid customers by name; every file that cannot be used is listed as invalid, with why."""
-    customers, problems = customer_registry().scan()
+    customers, problems = CustomerRegistry().scan()
     return {
         "customers": sorted(customers),
         "invalid": [printable_name(str(p.path)) for p in problems],
@@ -59,9 +58,9 @@ def cmd_customers_list(args) -> dict[str, Any]:
 def cmd_customers_add(args) -> dict[str, Any]:
     from orchestration.runner import register_partition
 
-    config = customer_registry().add(args.file)
+    config = CustomerRegistry().add(args.file)
     register_partition(config.name)
-    customers, _ = customer_registry().scan()
+    customers, _ = CustomerRegistry().scan()
     return {"added": config.name, "customers": sorted(customers)}
 
 
@@ -221,10 +220,10 @@ def cmd_demo(args) -> dict[str, Any]:
     question through the real search service with the served policy."""
     from orchestration.runner import check_search_api, register_partition, run_job
 
-    config = customer_registry().get("demo")
+    config = CustomerRegistry().get("demo")
     # The question lives in the customer file, which the demo's own-repository source does not
     # index, so the answer cannot come from the code that asks it.
-    question = (config.model_extra or {}).get("demo_question") or "What did the Royal Engineers play in 1872?"
+    question = config.demo_question or "What did the Royal Engineers play in 1872?"
     print("materializing the lineage for customer 'demo' (offline stand-ins: see customers/demo.yaml)", file=sys.stderr)
     register_partition("demo")
     metadata = run_job("customer_lineage", "demo")

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
-OUR_LOGGERS = ("corpus", "retrieval", "synth", "training", "evaluation", "serving", "assets", "orchestration", "searchsmith")
+OUR_LOGGERS = ("core", "corpus", "search", "agent", "synth", "training", "evaluation", "serving", "assets", "orchestration", "searchsmith")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 FOREIGN_LINE_GRACE_S = 2.0  # a bar that has not redrawn for this long is taken to be done
 

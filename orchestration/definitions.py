@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.corpus_assets import chunks, raw_documents
 from assets.benchmark_assets import benchmark_report
+from assets.corpus_assets import chunks, raw_documents
 from assets.index_assets import chroma_index, dense_recall_matches_brute_force, index_count_matches_chunks_check, no_duplicate_ids_check
+from assets.resources import ArtifactStoreResource, CustomersResource, TeacherLLMResource
 from assets.serving_assets import served_model
+from assets.synth_assets import distractor_sets, enough_verified_tasks_per_split, supporting_quotes_in_documents, synthetic_tasks, verified_tasks
 from assets.training_assets import cispo_checkpoint, sft_checkpoint, sft_trajectories
-from assets.synth_assets import (
-    distractor_sets,
-    enough_verified_tasks_per_split,
-    supporting_quotes_in_documents,
-    synthetic_tasks,
-    verified_tasks,
-)
 from orchestration.automation import corpus_change_sensor, customer_files_sensor, customer_schedules
+from orchestration.deployment import chroma_from_env
 from orchestration.jobs import (
     all_assets_job,
     corpus_resync_job,
     customer_finetune_job,
     customer_tasks_job,
-    serve_job,
     finetune_all_job,
     finetune_rl_job,
     finetune_sft_job,
+    serve_job,
 )
-from orchestration.deployment import chroma_from_env
-from orchestration.resources import ArtifactStoreResource, CustomersResource, TeacherLLMResource
 
 
 def build_definitions() -> dg.Definitions:

@@ -10,7 +10,7 @@ $SEARCHSMITH_HOME). A deployment (deploy/compose.yaml, deploy/helm/values.yaml) 
 | `SEARCHSMITH_CHROMA_MODE` | `embedded` (default), `http` (a `chroma run` server) or `cloud` |
 | `SEARCHSMITH_CHROMA_HOST`, `SEARCHSMITH_CHROMA_PORT`, `SEARCHSMITH_CHROMA_SSL` | the server, for `http` |
 | `SEARCHSMITH_CHROMA_TENANT`, `SEARCHSMITH_CHROMA_DATABASE`, `CHROMA_API_KEY` | Chroma Cloud, for `cloud` |
-| `SEARCHSMITH_CUSTOMERS_DIR` | the folder of customer files (read by corpus.registry) |
+| `SEARCHSMITH_CUSTOMERS_DIR` | the folder of customer files (read by core.registry) |
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from orchestration.resources import ChromaResource
+from assets.resources import ChromaResource
 
 CHROMA_MODES = ("embedded", "http", "cloud")
 # What the code reads, for the deployment files' tests: every name here is set by them.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.partitions import customers_partitions
+from assets.partitions import customers_partitions
 from orchestration.run_tags import job_tags, limits_config
 
 

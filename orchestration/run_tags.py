@@ -20,7 +20,7 @@ import os
 
 import dagster as dg
 
-from orchestration.partitions import customers_partitions
+from assets.partitions import customers_partitions
 
 RESYNC_TAG = "searchsmith/resync"
 FINETUNE_TAG = "searchsmith/finetune"

@@ -8,9 +8,10 @@ from typing import Any
 
 import dagster as dg
 
-from orchestration.customer_files import customer_registry
+from assets.partitions import customers_partitions
+from core.layout import benchmark_summary_key, chunks_key, final_tasks_key, source_status_key, synthetic_key
+from core.registry import CustomerRegistry
 from orchestration.errors import CliError, JobFailed
-from orchestration.partitions import customers_partitions
 
 LOG = logging.getLogger(__name__)
 
@@ -49,11 +50,10 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
 
 
 def run_job(job_name: str, customer: str, tags: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    customer_registry().get(customer)  # a clear error for an unknown customer before Dagster starts
+    CustomerRegistry().get(customer)  # a clear error for an unknown customer before Dagster starts
     register_partition(customer)
-    from orchestration.definitions import defs
-
     from orchestration.console import job_run_options
+    from orchestration.definitions import defs
 
     job = defs.resolve_job_def(job_name)
     result = job.execute_in_process(
@@ -71,7 +71,6 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
     import json
 
     from orchestration.definitions import defs
-    from corpus.stage import source_status_key
 
     metadata = run_job("corpus_resync", customer)
     documents = metadata.get("raw_documents", {})
@@ -92,10 +91,9 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
 def open_index(customer: str):
     """The customer's built index and its chunks (for fact-level gold)."""
     from orchestration.definitions import defs
-    from corpus.stage import chunks_key
-    from retrieval.customer_index import embedder_for, open_customer_index
+    from search.customer_index import embedder_for, open_customer_index
 
-    config = customer_registry().get(customer)
+    config = CustomerRegistry().get(customer)
     store, chroma = defs.resources["store"].get(), defs.resources["chroma"]
     embedder = embedder_for(config.embedding)
     try:
@@ -108,7 +106,7 @@ def open_index(customer: str):
 def search(customer: str, question: str, policy_spec: str, k: int, parallel: int, save: str | None = None) -> dict[str, Any]:
     """Answer from the customer's built index; the index must have been materialized (`sync`).
     `save`: a JSONL file for the whole trajectories (one line per rollout), as the viewer opens."""
-    from retrieval.trajectory import write_jsonl
+    from agent.trajectory import write_jsonl
     from serving.search import PolicyFailed, run_search
 
     index, _ = open_index(customer)
@@ -123,12 +121,12 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
 def run_tasks(customer: str) -> dict[str, Any]:
     """Materialize the three task assets and report counts by split, hops and failure reason."""
     from orchestration.definitions import defs
-    from synth.stage import final_tasks_key, load_tasks, synthetic_key, task_config, task_counts
     from synth.split import apply_splits
+    from synth.stage import load_tasks, task_counts
 
     run_job("customer_tasks", customer)
-    config = customer_registry().get(customer)
-    settings = task_config(customer, config.domain, config.tasks, str(config.base_dir))
+    config = CustomerRegistry().get(customer)
+    settings = config.tasks
     store = defs.resources["store"].get()
     every = apply_splits(load_tasks(store, synthetic_key(customer)), settings.split_fractions, settings.split_salt)
     return {"customer": customer, **task_counts(every, load_tasks(store, final_tasks_key(customer)))}
@@ -140,13 +138,11 @@ FINETUNE_JOBS = {"sft": "finetune_sft", "rl": "finetune_rl", "all": "finetune_al
 def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     """Materialize the training assets of `stage` and report the last adapter it produced."""
     from orchestration.definitions import defs
-    from synth.stage import final_tasks_key
-    from training.customer_training import read_manifest, training_settings
+    from training.customer_training import read_manifest
 
     if stage not in FINETUNE_JOBS:
         raise CliError(f"unknown stage {stage!r}; use sft, rl or all")
-    config = customer_registry().get(customer)  # an unknown customer is named as such, not as "no tasks"
-    training_settings(config)  # a bad `training:` section fails here, before Dagster starts
+    CustomerRegistry().get(customer)  # an unknown customer (or a bad file) is named as such, not as "no tasks"
     store = defs.resources["store"].get()
     if not store.exists(final_tasks_key(customer)):
         raise CliError(f"no verified tasks for customer {customer!r} yet: run `searchsmith tasks {customer}` first")
@@ -167,16 +163,15 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
 
 
 def _serving_settings(customer: str):
-    from serving.deployment import serving_settings
 
-    return serving_settings(customer_registry().get(customer))
+    return CustomerRegistry().get(customer).serving
 
 
 def run_serve(customer: str, rollback: bool = False) -> dict[str, Any]:
     """`searchsmith serve`: the promotion gate on the latest benchmark (a `served_model` run), or
     a rollback to the previously served policy."""
     from orchestration.definitions import defs
-    from serving.deployment import benchmark_summary_key, current_serving, rollback_served
+    from serving.deployment import current_serving, rollback_served
     from serving.served_state import NothingToRollBack
 
     store = defs.resources["store"].get()
@@ -200,7 +195,7 @@ def run_serve(customer: str, rollback: bool = False) -> dict[str, Any]:
 def create_api_key(customer: str) -> dict[str, Any]:
     from serving.api_keys import ApiKeyStore
 
-    customer_registry().get(customer)  # keys only for customers that exist
+    CustomerRegistry().get(customer)  # keys only for customers that exist
     issued = ApiKeyStore().create(customer)
     return {"customer": customer, "key": issued.key, "key_id": issued.key_id,
             "note": "shown once: only a salted hash is stored"}
@@ -216,7 +211,7 @@ def list_api_keys(customer: str) -> dict[str, Any]:
 
     keys = ApiKeyStore().list(customer)
     if not keys:
-        customer_registry().get(customer)
+        CustomerRegistry().get(customer)
     return {"customer": customer, "keys": [{"key_id": info.key_id, "created_at": info.created_at} for info in keys]}
 
 
@@ -244,9 +239,9 @@ def search_service_wiring() -> dict[str, Any]:
         except CliError as error:
             raise IndexUnavailable(str(error)) from None
 
-    from orchestration.customer_files import known_customers
+    from core.registry import KnownCustomers
 
-    return {"known_customers": known_customers().names, "open_index": open_customer,
+    return {"known_customers": KnownCustomers(CustomerRegistry()).names, "open_index": open_customer,
             "policy_for": lambda customer: served_policy(store, customer),
             "profile_for": lambda customer: served_checkpoint(store, customer)}
 

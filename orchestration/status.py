@@ -13,8 +13,8 @@ from typing import Any
 
 import dagster as dg
 
+from core.registry import CustomerRegistry
 from orchestration.console import step_figures
-from orchestration.customer_files import customer_registry
 
 HEADLINE_METRICS = ("answer_found", "recall", "precision", "trajectory_recall", "mean_prompt_tokens")
 
@@ -90,7 +90,7 @@ def customer_status(customer: str, instance: dg.DagsterInstance | None = None) -
     """Everything `searchsmith status` shows, as one JSON-ready object."""
     from orchestration.definitions import defs
 
-    config = customer_registry().get(customer)  # an unknown customer is an error, not an empty screen
+    config = CustomerRegistry().get(customer)  # an unknown customer is an error, not an empty screen
     instance = instance or dg.DagsterInstance.get()
     graph = defs.resolve_asset_graph()
     assets = [asset_status(instance, key, customer) for key in graph.toposorted_asset_keys]

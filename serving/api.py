@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from retrieval.index import HybridIndex
+from search.index import HybridIndex
 from serving.api_keys import ApiKeyStore
 from serving.search import PolicyFailed, run_search
 

@@ -70,7 +70,7 @@ class IssuedKey:
 
 
 def default_keys_path() -> Path:
-    # The same rule as corpus.registry.searchsmith_home, without importing a lower stage for one line.
+    # The same rule as core.registry.searchsmith_home, without importing a lower stage for one line.
     return Path(os.environ.get("SEARCHSMITH_HOME", "./.searchsmith")).expanduser().resolve() / "api_keys.json"
 
 

@@ -15,41 +15,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from corpus.storage import ArtifactStore
-from serving.promotion import PromotionDecision, PromotionSettings, decide, record_for
+from core.layout import benchmark_summary_key, serving_manifest_key
+from core.serving_settings import ServingSettings
+from core.storage import ArtifactStore
+from serving.promotion import PromotionDecision, decide, record_for
 from serving.served_state import NOTHING_SERVED_POLICY, ServedRecord, load_served, promote, rollback
-from serving.serving_manifest import ServingManifest, load_manifest, manifest_for, manifest_key, write_manifest
+from serving.serving_manifest import ServingManifest, load_manifest, manifest_for, write_manifest
 from serving.vllm_server import tool_call_parser_for
 
 LOG = logging.getLogger(__name__)
-
-
-class ServingSettings(BaseModel):
-    """The customer file's `serving:` section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    promotion: PromotionSettings = Field(default_factory=PromotionSettings)
-    # A running vLLM server for this customer's base model (OpenAI base URL, e.g.
-    # http://10.0.0.5:8000/v1, started with --enable-lora and runtime LoRA updating). Promoted
-    # adapters are loaded into it; without it the served adapter runs in-process (transformers).
-    vllm_url: str | None = None
-    vllm_api_key_env: str | None = None
-    tool_call_parser: str | None = None  # default: by base model family
-
-
-def serving_settings(config: Any) -> ServingSettings:
-    raw = (config.model_extra or {}).get("serving") or {}
-    try:
-        return ServingSettings.model_validate(raw)
-    except ValueError as error:
-        raise ValueError(f"customer {config.name!r}: invalid `serving:` section: {error}") from None
-
-
-def benchmark_summary_key(customer: str) -> str:
-    return f"{customer}/benchmark/summary.json"
 
 
 def load_benchmark_results(store: ArtifactStore, customer: str) -> dict[str, dict[str, dict[str, Any]]]:
@@ -91,7 +65,7 @@ def deploy(store: ArtifactStore, record: ServedRecord | None, customer: str, set
     previous = load_manifest(store, customer)
     if record is None:
         if previous is not None:
-            store.delete(manifest_key(customer))
+            store.delete(serving_manifest_key(customer))
         return None
     parser = settings.tool_call_parser
     if parser is None and record.base_model:

@@ -31,27 +31,13 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.serving_settings import PromotionSettings
 from serving.served_state import ServedRecord, utc_now
 
-TEST_SUITE = "test"
 KEY_METRICS = ("answer_found", "recall", "precision", "f1", "trajectory_recall", "prune_accuracy", "mean_prompt_tokens", "n")
-RateMetric = Literal["answer_found", "recall", "precision", "f1", "trajectory_recall"]
 _EPS = 1e-9  # rates are means of 0/1 scores: 0.71 - 0.70 must count as a 0.01 gain
 
 Results = Mapping[str, Mapping[str, Mapping[str, Any]]]  # suite -> policy spec -> metrics
-
-
-class PromotionSettings(BaseModel):
-    """The customer file's `promotion:` section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    margin: float = Field(0.01, ge=0.0, le=1.0)  # required gain in test answer found over the served policy
-    tolerance: float = Field(0.02, ge=0.0, le=1.0)  # largest allowed drop on any suite and regression metric
-    regression_metrics: list[RateMetric] = Field(default_factory=lambda: ["answer_found"])
-    eligible: list[str] = Field(default_factory=lambda: ["heuristic", "transformers:*"])  # fnmatch patterns on specs
-    allow_nx: bool = False
-    test_suite: str = TEST_SUITE
 
 
 class RankedCandidate(BaseModel):
@@ -245,7 +231,7 @@ def decide(results: Results, served: ServedRecord | None, settings: PromotionSet
 def decision_table(decision: PromotionDecision) -> str:
     """The gate's table (Markdown): every eligible candidate with its numbers and, for our own
     checkpoints, how much training they had (a smoke-sized run says so, so it is not read as a result)."""
-    from retrieval.policies import checkpoint_training
+    from agent.policies import checkpoint_training
 
     lines = ["| candidate | answer found | recall | prompt tokens | n | training |", "|---|---|---|---|---|---|"]
     for c in decision.ranking:
@@ -274,7 +260,7 @@ def adapter_of(spec: str) -> tuple[str | None, str | None]:
     base, plus, adapter = rest.partition("+")
     if plus:
         return adapter, base
-    from retrieval.policies.transformers_policy import SMOLLM2_ALIASES, adapter_base_model
+    from agent.policies.transformers_policy import SMOLLM2_ALIASES, adapter_base_model
 
     folder = Path(rest).expanduser()
     if (folder / "config.json").is_file() or rest.lower() in SMOLLM2_ALIASES:

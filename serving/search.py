@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval.harness import Harness
-from retrieval.index import HybridIndex
-from retrieval.policies import checkpoint_options, harness_for, load_policy
-from retrieval.trajectory import RankedDocument, Trajectory
+from agent.harness import Harness
+from agent.policies import checkpoint_options, harness_for, load_policy
+from agent.trajectory import RankedDocument, Trajectory
+from search.index import HybridIndex
 
 
 class PolicyFailed(RuntimeError):

@@ -23,13 +23,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corpus.storage import ArtifactStore
+from core.layout import served_key
+from core.storage import ArtifactStore
 
 NOTHING_SERVED_POLICY = "heuristic"  # what the search service runs when no model is served
-
-
-def served_key(customer: str) -> str:
-    return f"{customer}/serving/served.json"
 
 
 def utc_now() -> str:

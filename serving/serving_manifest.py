@@ -15,12 +15,9 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corpus.storage import ArtifactStore
+from core.layout import serving_manifest_key
+from core.storage import ArtifactStore
 from serving.served_state import ServedRecord, utc_now
-
-
-def manifest_key(customer: str) -> str:
-    return f"{customer}/serving/manifest.json"
 
 
 def adapter_name(customer: str, adapter_path: str) -> str:
@@ -66,13 +63,13 @@ def manifest_for(record: ServedRecord, server_url: str | None = None, tool_call_
 
 def write_manifest(store: ArtifactStore, manifest: ServingManifest) -> str:
     """Write the manifest; returns its URI (for the asset's metadata)."""
-    key = manifest_key(manifest.customer)
+    key = serving_manifest_key(manifest.customer)
     store.write_text(key, manifest.model_dump_json(indent=2) + "\n")
     return store.uri(key)
 
 
 def load_manifest(store: ArtifactStore, customer: str) -> ServingManifest | None:
-    key = manifest_key(customer)
+    key = serving_manifest_key(customer)
     if not store.exists(key):
         return None
     return ServingManifest.model_validate(json.loads(store.read_text(key)))

@@ -137,7 +137,7 @@ class VLLMServerConfig(BaseModel):
 
 def resolve_base_model(base_model: str) -> str:
     """A local folder for aliases and folders (`smollm2` is built on demand); anything else as given."""
-    from retrieval.policies.transformers_policy import SMOLLM2_ALIASES, resolve_model_dir
+    from agent.policies.transformers_policy import SMOLLM2_ALIASES, resolve_model_dir
 
     if base_model.lower() in SMOLLM2_ALIASES or (Path(base_model).expanduser() / "config.json").is_file():
         return str(resolve_model_dir(base_model))

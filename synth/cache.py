@@ -18,7 +18,7 @@ import hashlib
 import json
 from typing import Any
 
-from corpus.storage import ArtifactNotFound, ArtifactStore
+from core.storage import ArtifactNotFound, ArtifactStore
 
 CACHE_FORMAT = "1"
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 
-from retrieval.backend import SearchBackend
+from search.backend import SearchBackend
 from synth.corpus_view import CorpusView
 from synth.explore import LoopResult, LoopSettings, ToolRunner, run_tool_loop
 from synth.llm import TeacherLLM
 from synth.packs import PromptPack
 from synth.schema import GeneratedExtension, SupportingItem, SynthTask
-
-DEFAULT_MAX_HOPS = 4
 
 
 def compose_extension(previous: SynthTask, extension: GeneratedExtension) -> SynthTask:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from retrieval.backend import Hit, SearchBackend
-from retrieval.fusion import rrf
+from search.backend import Hit, SearchBackend
+from search.fusion import rrf
 from synth.quotes import QuoteMatcher, contains_answer
 from synth.schema import Distractor, RejectedDistractor, SynthTask
 

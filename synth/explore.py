@@ -20,8 +20,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from retrieval.backend import SearchBackend
-from retrieval.tools import render_chunk
+from agent.tools import render_chunk
+from search.backend import SearchBackend
 from synth.corpus_view import CorpusView
 from synth.llm import ChatReply, LLMError, ReplyParseError, TeacherLLM
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from retrieval.backend import Hit
+from search.backend import Hit
 from synth.corpus_view import CorpusView
 from synth.distractors import AnswerChecker, CheckOutcome
 from synth.llm import LLMError, ReplyParseError, TeacherLLM

@@ -34,15 +34,14 @@ import random
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
 
+from core.task_settings import QuestionStyle
 from synth.corpus_view import CorpusView
 from synth.facts import Span, answer_spans, entity_key, fact_sentences, obfuscate_dates
 from synth.packs import PromptPack
 from synth.schema import BridgingItem, SupportingItem, SynthTask
 
 GENERATOR = "extractive"
-QuestionStyle = Literal["cloze", "natural"]
 QUESTION_STYLES: tuple[str, ...] = ("cloze", "natural")
 BRIDGE_NAMES = ("X", "Y", "Z", "W", "V", "U", "T", "S")  # hop i's answer, named in the statements after it
 PRONOUN_SUBJECTS = {"He": "", "She": "", "It": "", "They": "", "His": "'s", "Her": "'s", "Its": "'s", "Their": "'s"}

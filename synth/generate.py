@@ -23,27 +23,26 @@ import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
 
-from corpus.config import Domain
-from corpus.progress import Progress
-from corpus.storage import ArtifactStore
-from retrieval.backend import SearchBackend
+from core.progress import Progress
+from core.storage import ArtifactStore
+from core.task_settings import TaskGenConfig
+from search.backend import SearchBackend
 from synth.cache import ResponseCache
-from synth.chaining import DEFAULT_MAX_HOPS, compose_extension, extend_with_llm
+from synth.chaining import compose_extension, extend_with_llm
 from synth.corpus_view import CorpusView
 from synth.distractors import attach_distractors
 from synth.explore import LoopSettings, ToolRunner, run_tool_loop, seed_message
 from synth.extraction import llm_answer_checker, verify_by_extraction
-from synth.extractive import ExtractiveGenerator, QuestionStyle
+from synth.extractive import ExtractiveGenerator
 from synth.llm import TeacherLLM
 from synth.packs import PromptPack, load_pack, pack_fingerprint
 from synth.records import SeedRecords
 from synth.schema import SPLITS, GeneratedTask, SupportingItem, SynthTask
-from synth.split import DEFAULT_FRACTIONS, apply_splits
+from synth.split import apply_splits
 from synth.verify import VerifyRules, verify_task
 
 log = logging.getLogger(__name__)
@@ -53,45 +52,14 @@ LLM_RULES = VerifyRules()
 TRANSIENT = "llm_error"
 
 
-class TaskGenConfig(BaseModel):
-    """Settings of one generation run (the asset's run config mirrors these fields)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    generator: Literal["extractive", "llm"] = "extractive"
-    # The offline generator's wording: masked clues (`cloze`) or wh-questions (`natural`); see synth.extractive.
-    question_style: QuestionStyle = "cloze"
-    domain: Domain = "web"
-    seed: int = 0
-    max_seeds: int = Field(200, ge=1)
-    max_hops: int = Field(DEFAULT_MAX_HOPS, ge=1, le=8)
-    docs_per_task: int = Field(3, ge=1)
-    distractors_per_task: int = Field(10, ge=0)
-    distractor_query_k: int = Field(20, ge=1)
-    llm_distractor_check: bool = True
-    extraction_attempts: int = Field(3, ge=1)
-    max_turns: int = Field(10, ge=2)
-    search_k: int = Field(5, ge=1)
-    read_chars: int = Field(6000, ge=200)
-    verify_doc_chars: int = Field(30_000, ge=200)
-    split_fractions: tuple[float, float, float] = DEFAULT_FRACTIONS
-    split_salt: str = ""
-    workers: int = Field(4, ge=1)
-    exclude_kinds: list[str] | None = None  # default: source code is not a seed unless domain is code
-
-    def excluded_kinds(self) -> tuple[str, ...]:
-        if self.exclude_kinds is not None:
-            return tuple(self.exclude_kinds)
-        return () if self.domain == "code" else ("code",)
-
-    def fingerprint(self, model: str | None) -> str:
-        """What a finished seed's record depends on (distractor and split settings excluded)."""
-        keys = ("generator", "domain", "seed", "max_hops", "docs_per_task", "extraction_attempts", "max_turns",
-                "search_k", "read_chars", "verify_doc_chars")
-        body = {key: getattr(self, key) for key in keys} | {"model": model, "pack": pack_fingerprint(self.domain)}
-        if self.question_style != "cloze":  # cloze runs keep the fingerprints (and resumable seeds) they had
-            body["question_style"] = self.question_style
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+def task_fingerprint(config: TaskGenConfig, model: str | None) -> str:
+    """What a finished seed's record depends on (distractor and split settings excluded)."""
+    keys = ("generator", "domain", "seed", "max_hops", "docs_per_task", "extraction_attempts", "max_turns",
+            "search_k", "read_chars", "verify_doc_chars")
+    body = {key: getattr(config, key) for key in keys} | {"model": model, "pack": pack_fingerprint(config.domain)}
+    if config.question_style != "cloze":  # cloze runs keep the fingerprints (and resumable seeds) they had
+        body["question_style"] = config.question_style
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -209,7 +177,7 @@ def synthesize_with_llm(corpus: CorpusView, backend: SearchBackend, llm: Teacher
     excluded = config.excluded_kinds()
     eligible = [doc_id for doc_id, doc in corpus.docs.items() if doc.kind not in excluded and doc.text.strip()]
     seeds = select_seeds(eligible, config.seed, config.max_seeds)
-    records = SeedRecords(store, prefix, config.fingerprint(llm.model)) if store is not None else None
+    records = SeedRecords(store, prefix, task_fingerprint(config, llm.model)) if store is not None else None
     result = SynthesisResult([], seeds=len(seeds))
 
     def run(seed_doc_id: str) -> tuple[list[SynthTask], bool, str | None]:

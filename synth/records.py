@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from corpus.storage import ArtifactNotFound, ArtifactStore
+from core.storage import ArtifactNotFound, ArtifactStore
 from synth.corpus_view import CorpusView
 from synth.schema import SynthTask
 

@@ -15,9 +15,8 @@ import hashlib
 from collections import defaultdict
 from typing import Iterable
 
+from core.task_settings import DEFAULT_FRACTIONS
 from synth.schema import SPLITS, Split, SynthTask
-
-DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
 
 
 def _order_key(task_id: str, salt: str) -> str:

@@ -13,42 +13,27 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import ValidationError
 
-from corpus.stage import chunks_key, documents_key
-from corpus.storage import ArtifactStore
+from core.layout import (
+    chunks_key,
+    distractors_key,
+    documents_key,
+    final_tasks_key,
+    llm_cache_prefix,
+    synth_prefix,
+    synthetic_key,
+    verified_dataset_prefix,
+    verified_key,
+)
+from core.storage import ArtifactStore, push_folder
+from core.task_settings import TaskGenConfig
+from synth.cache import ResponseCache
 from synth.corpus_view import CorpusView
 from synth.export import distractor_table, save_dataset, tasks_from_jsonl, tasks_to_jsonl
-from synth.generate import TaskGenConfig, attach_all_distractors, summarize, synthesize_tasks, SynthesisResult
+from synth.generate import SynthesisResult, attach_all_distractors, summarize, synthesize_tasks
 from synth.llm import TeacherLLM
-from synth.cache import ResponseCache
 from synth.schema import SynthTask
 from synth.split import apply_splits
-
-
-def synthetic_key(customer: str) -> str:
-    return f"{customer}/synth/synthetic_tasks.jsonl"
-
-
-def verified_key(customer: str) -> str:
-    return f"{customer}/synth/verified_tasks.jsonl"
-
-
-def final_tasks_key(customer: str) -> str:
-    return f"{customer}/synth/tasks.jsonl"
-
-
-def distractors_key(customer: str) -> str:
-    return f"{customer}/synth/distractors.parquet"
-
-
-def task_config(customer_name: str, domain: str, section: dict[str, Any] | None, source: str) -> TaskGenConfig:
-    """The customer file's `tasks:` section as a TaskGenConfig, with errors naming the file."""
-    try:
-        return TaskGenConfig.model_validate({"domain": domain, **(section or {})})
-    except ValidationError as error:
-        fields = "; ".join(f"tasks.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise ValueError(f"{source}: invalid tasks section for {customer_name}: {fields}") from None
 
 
 def load_tasks(store: ArtifactStore, key: str) -> list[SynthTask]:
@@ -60,7 +45,7 @@ def run_synthesis(customer: str, store: ArtifactStore, backend, config: TaskGenC
     chunks = store.read_parquet(chunks_key(customer))
     documents = store.read_parquet_or_none(documents_key(customer))
     corpus = CorpusView.from_frames(chunks, documents.filter(~pl.col("deleted")) if documents is not None else None)
-    prefix = f"{customer}/synth"
+    prefix = synth_prefix(customer)
     run_llm = None
     if llm is not None and config.generator == "llm":
         run_llm = llm.clone(cache=llm.cache or ResponseCache(store, f"{prefix}/llm_cache"))
@@ -76,15 +61,13 @@ def run_verification_split(customer: str, store: ArtifactStore, config: TaskGenC
     store.write_text(verified_key(customer), tasks_to_jsonl(verified))
     with tempfile.TemporaryDirectory() as folder:
         target = save_dataset(verified, Path(folder) / "dataset")
-        for path in sorted(Path(target).rglob("*")):
-            if path.is_file():
-                store.write_bytes(f"{customer}/synth/verified_dataset/{path.relative_to(target).as_posix()}", path.read_bytes())
+        push_folder(store, Path(target), verified_dataset_prefix(customer))
     return tasks
 
 
 def run_distractors(customer: str, store: ArtifactStore, backend, config: TaskGenConfig, llm: TeacherLLM | None) -> list[SynthTask]:
     verified = load_tasks(store, verified_key(customer))
-    run_llm = llm.clone(cache=llm.cache or ResponseCache(store, f"{customer}/synth/llm_cache")) if llm is not None else None
+    run_llm = llm.clone(cache=llm.cache or ResponseCache(store, llm_cache_prefix(customer))) if llm is not None else None
     with_distractors = attach_all_distractors(verified, backend, config, run_llm)
     store.write_text(final_tasks_key(customer), tasks_to_jsonl(with_distractors))
     store.write_parquet(distractors_key(customer), distractor_table(with_distractors))

@@ -22,10 +22,10 @@ import pytest
 
 import assets.corpus_assets as corpus_assets
 from assets.corpus_assets import raw_documents
+from assets.partitions import customers_partitions
+from assets.resources import ArtifactStoreResource, CustomersResource
 from assets.retries import TransientRetry, is_transient
-from corpus.config import CustomerConfigError
-from orchestration.partitions import customers_partitions
-from orchestration.resources import ArtifactStoreResource, CustomersResource
+from core.config import CustomerConfigError
 from tests.support.website import Website
 
 ROOT = Path(__file__).resolve().parents[1]

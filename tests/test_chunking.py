@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corpus.chunking import chunk_document
-from retrieval.embedding_model import embedding_model_info, load_token_offsets
+from search.embedding_window import embedding_model_info, load_token_offsets
 
 TOKENIZER = load_token_offsets()
 

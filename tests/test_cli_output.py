@@ -211,7 +211,7 @@ def test_status_of_an_unknown_customer_is_an_error(small):
 
 @pytest.mark.slow
 def test_search_saves_the_trajectory_the_viewer_opens(small, tmp_path):
-    from retrieval.trajectory import read_jsonl
+    from agent.trajectory import read_jsonl
 
     assert run_cli(small, "sync", "small").returncode == 0
     saved = tmp_path / "answer.jsonl"

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from corpus.config import CustomerConfigError, load_customer
-from corpus.registry import CustomerRegistry
+from core.config import CustomerConfigError, load_customer
+from core.registry import CustomerRegistry
 
 VALID = """
 name: acme

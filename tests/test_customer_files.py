@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from corpus.config import STAGE_SECTIONS, CustomerConfigError, load_customer
-from corpus.registry import CustomerRegistry, KnownCustomers
-from orchestration.customer_files import customer_registry, section_errors, section_models
-from orchestration.resources import CustomersResource
+from assets.resources import CustomersResource
+from core.config import CustomerConfig, CustomerConfigError, load_customer
+from core.registry import CustomerRegistry, KnownCustomers
 from serving.api import create_app
 from serving.api_keys import ApiKeyStore
 from tests.test_serving_api import Opener, indexes, records  # noqa: F401 - module fixtures: two real indexes
@@ -96,6 +95,9 @@ def test_misspelled_top_level_keys_are_named(tmp_path):
     assert "'chunkng' (did you mean 'chunking'?)" in message and "'limitz' (did you mean 'limits'?)" in message
 
 
+SECTIONS = ("tasks", "benchmark", "training", "serving")
+
+
 def test_every_section_the_repo_uses_is_accepted(tmp_path):
     """demo.yaml, the README's full example and each stage section still load."""
     assert load_customer(ROOT / "customers" / "demo.yaml").name == "demo"
@@ -103,18 +105,33 @@ def test_every_section_the_repo_uses_is_accepted(tmp_path):
     example = re.search(r"## A customer.*?```yaml\n(.*?)```", readme, flags=re.DOTALL).group(1)
     (tmp_path / "readme.yaml").write_text(example)
     config = load_customer(tmp_path / "readme.yaml")
-    assert set(config.model_extra) == {"benchmark", "training", "serving"}
-    assert section_errors(config) == []
-    (tmp_path / "all.yaml").write_text(GOOD + "".join(f"{section}: {{}}\n" for section in STAGE_SECTIONS if section != "demo_question")
-                                       + "demo_question: Who?\n")
-    assert set(load_customer(tmp_path / "all.yaml").model_extra) == set(STAGE_SECTIONS)
-    assert section_errors(load_customer(tmp_path / "all.yaml")) == []
-    demo = customer_registry(home=tmp_path / "home", folder=ROOT / "customers")
+    assert {"benchmark", "training", "serving"} <= config.model_fields_set
+    (tmp_path / "all.yaml").write_text(GOOD + "".join(f"{section}:\n" for section in SECTIONS) + "demo_question: Who?\n")
+    everything = load_customer(tmp_path / "all.yaml")
+    assert {*SECTIONS, "demo_question"} <= everything.model_fields_set and everything.demo_question == "Who?"
+    assert everything.training == CustomerConfig.model_fields["training"].default_factory()  # empty: the defaults
+    demo = CustomerRegistry(home=tmp_path / "home", folder=ROOT / "customers")
     assert demo.get("demo").name == "demo" and demo.scan()[1] == []  # the whole demo file, every section
 
 
-def test_every_stage_section_has_a_validator():
-    assert set(section_models()) == {"tasks", *STAGE_SECTIONS}
+def test_the_tasks_domain_is_the_files_unless_the_section_sets_one(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD + "domain: finance\n")
+    assert load_customer(tmp_path / "a.yaml").tasks.domain == "finance"
+    (tmp_path / "b.yaml").write_text(GOOD + "domain: finance\ntasks: {domain: legal, max_seeds: 3}\n")
+    assert load_customer(tmp_path / "b.yaml").tasks.domain == "legal"
+
+
+def test_harness_overrides_keep_what_was_written(tmp_path):
+    """Applied with `**` and recorded in sidecars as written: the keys set, never the defaults."""
+    (tmp_path / "a.yaml").write_text(GOOD + "training: {harness: {view: compact, max_turns: 4}, rl: {harness: {max_turns: 6}}}\n")
+    training = load_customer(tmp_path / "a.yaml").training
+    assert dict(training.harness) == {"view": "compact", "max_turns": 4}
+    assert {**training.harness, **training.rl.harness} == {"view": "compact", "max_turns": 6}
+    assert training.rl.model_dump()["harness"] == {"max_turns": 6}
+    assert not load_customer(ROOT / "customers" / "demo.yaml").serving.promotion.allow_nx  # typed all the way down
+    (tmp_path / "b.yaml").write_text(GOOD + "benchmark: {harness: {max_turns: 0}}\n")
+    with pytest.raises(CustomerConfigError, match="benchmark.harness.max_turns: Input should be greater than 0"):
+        load_customer(tmp_path / "b.yaml")
 
 
 # A file with one misspelled key in each stage section, and one in a harness override (a dict
@@ -142,14 +159,13 @@ def test_unknown_nested_keys_are_named_by_path_and_file(tmp_path):
     (folder / "docs").mkdir(parents=True)
     (folder / "acme.yaml").write_text(GOOD)
     (folder / "typo.yaml").write_text(TYPOS)
-    registry = customer_registry(home=tmp_path / "home", folder=folder)
+    registry = CustomerRegistry(home=tmp_path / "home", folder=folder)
     customers, problems = registry.scan()
     assert list(customers) == ["acme"] and [p.path.name for p in problems] == ["typo.yaml"]
     assert_names_every_typo(problems[0].reason, folder / "typo.yaml")
     with pytest.raises(CustomerConfigError) as error:
         registry.add(folder / "typo.yaml")
     assert_names_every_typo(str(error.value), folder / "typo.yaml")
-    assert CustomerRegistry(home=tmp_path / "home", folder=folder).get("typo")  # corpus/ alone checks only its own part
 
 
 def test_the_dagster_resource_refuses_a_file_with_an_unknown_nested_key(tmp_path):

@@ -240,9 +240,9 @@ def _environment(work: Path, pg, s3, chroma_port: int) -> dict[str, str]:
 
 
 def _run_scenario(work: Path, pg, s3, chroma_port: int, sites: dict, monkeypatch, stack: ExitStack):
+    import dagster as dg
     import yaml
 
-    import dagster as dg
     from orchestration.instance import RunLimits, production_instance
 
     record = Record()
@@ -371,7 +371,7 @@ def _collect_artifacts(record: Record, instance, s3, chroma_port: int) -> None:
     import dagster as dg
     import polars as pl
 
-    from retrieval.chroma_client import http_client
+    from search.chroma_client import http_client
 
     client = s3.client()
     keys = [item["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET) for item in page.get("Contents", [])]

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 from evaluation.answers import answer_doc_ids, contains_answer, normalize_text
 from evaluation.bootstrap import bootstrap_mean
 from evaluation.metrics import Gold, f_beta, score_trajectory
-from retrieval.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 
 
 def make_trajectory(

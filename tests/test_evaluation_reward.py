@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 from evaluation.metrics import Gold, score_trajectory
 from evaluation.reward import annealed_beta, prune_call_streaks, prune_penalty, reward, turn_penalty
-from evaluation.sft_filter import (
-    Candidate, explored_well_concluded_badly, keep_probability, keep_whole, select_for_sft,
-)
-from retrieval.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
+from evaluation.sft_filter import Candidate, explored_well_concluded_badly, keep_probability, keep_whole, select_for_sft
 
 GOLD = Gold(doc_ids=frozenset({"A", "B"}), answer="x", answer_doc_ids=frozenset({"B"}))
 

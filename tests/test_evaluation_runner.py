@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn, read_jsonl
 from evaluation.aggregate import summarize_scores
 from evaluation.external import BenchTask
 from evaluation.metrics import Gold
 from evaluation.report import write_report
 from evaluation.runner import CandidateFailed, run_candidate, save_results
-from retrieval.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn, read_jsonl
 
 
 class FakeCandidate:
@@ -107,7 +107,7 @@ class FakeBackend:
     """Every leg returns doc<i>'s matching chunk first for a query naming topic<i>."""
 
     def _hits(self, query, k=50, exclude=()):
-        from retrieval.backend import Hit
+        from search.backend import Hit
 
         i = query.rsplit("topic", 1)[-1]
         ids = [(f"doc{i}-a", f"doc{i}"), (f"other{i}-a", f"other{i}"), ("doc9-a", "doc9")]

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from retrieval.policies.generation_batcher import GenerationBatcher, GreedyTurn, first_end, pick_batch
+from agent.policies.generation_batcher import GenerationBatcher, GreedyTurn, first_end, pick_batch
 
 PROMPTS = [
     [{"role": "user", "content": "Who founded Acme?"}],
@@ -37,7 +37,7 @@ def test_first_end_cuts_after_the_first_end_token():
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from retrieval.small_model import build_tiny_model
+    from agent.small_model import build_tiny_model
 
     texts = ["Acme was founded by Jane Roe in 1901 in Springfield.", "The river flows north past the mill."] * 20
     return build_tiny_model(tmp_path_factory.mktemp("tiny-batch") / "model", texts, seed=11)
@@ -49,7 +49,7 @@ def _prompt_ids(policy, messages):
 
 
 def test_a_batch_gives_each_turn_the_tokens_and_logits_it_gets_alone(tiny_dir):
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(str(tiny_dir), max_new_tokens=12, dtype="float32")
     lm = policy.loaded()
@@ -77,7 +77,7 @@ def test_concurrent_episodes_record_the_logprobs_of_a_forward_pass(tiny_dir):
     are those of its own tokens under a plain forward pass of its own prompt."""
     import torch
 
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(str(tiny_dir), max_new_tokens=10, dtype="float32")
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
@@ -94,7 +94,7 @@ def test_concurrent_episodes_record_the_logprobs_of_a_forward_pass(tiny_dir):
 
 
 def test_a_failing_batch_raises_in_every_waiting_thread(tiny_dir, monkeypatch):
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(str(tiny_dir), max_new_tokens=4, dtype="float32")
     lm = policy.loaded()
@@ -113,7 +113,7 @@ def test_a_failing_batch_raises_in_every_waiting_thread(tiny_dir, monkeypatch):
 
 
 def test_batch_size_setting_is_validated(monkeypatch):
-    from retrieval.policies.transformers_policy import generation_batch_size
+    from agent.policies.transformers_policy import generation_batch_size
 
     monkeypatch.setenv("SEARCHSMITH_GENERATION_BATCH", "1")
     assert generation_batch_size() == 1
@@ -128,8 +128,8 @@ def test_batch_size_setting_is_validated(monkeypatch):
 def test_prefix_cache_continues_a_prompt_that_extends_an_earlier_one(tiny_dir):
     """A second turn's prompt extends the first's: only its new tokens are computed, and the
     batch gives the tokens and logits of a full prefill."""
-    from retrieval.policies.prefix_cache import PrefixCache
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.prefix_cache import PrefixCache
+    from agent.policies.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(str(tiny_dir), max_new_tokens=10, dtype="float32")
     lm = policy.loaded()
@@ -157,10 +157,9 @@ def test_prefix_cache_continues_a_prompt_that_extends_an_earlier_one(tiny_dir):
 
 def test_prefix_cache_forgets_states_of_weights_that_changed(tiny_dir):
     import torch
-
     from transformers import AutoModelForCausalLM
 
-    from retrieval.policies.prefix_cache import PrefixCache
+    from agent.policies.prefix_cache import PrefixCache
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32).eval()
     cache = PrefixCache(model)
@@ -176,7 +175,7 @@ def test_prefix_cache_forgets_states_of_weights_that_changed(tiny_dir):
 def test_prefix_cache_stands_aside_for_sliding_window_models():
     from transformers import GptOssConfig, LlamaConfig
 
-    from retrieval.policies.prefix_cache import sliding_window_reason
+    from agent.policies.prefix_cache import sliding_window_reason
 
     assert sliding_window_reason(LlamaConfig()) is None
     assert "sliding_attention" in sliding_window_reason(GptOssConfig())

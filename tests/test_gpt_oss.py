@@ -5,7 +5,7 @@ log-probs are what the CISPO trainer recomputes, and CISPO runs.
 
 The tiny model is the real architecture (attention sinks, sliding/full layers, top-k router,
 fused experts, YaRN) with a harmony tokenizer trained on the harness's texts; see
-`retrieval.small_model.build_tiny_gpt_oss`. The student is that model after 30 LoRA SFT steps on
+`agent.small_model.build_tiny_gpt_oss`. The student is that model after 30 LoRA SFT steps on
 a scripted teacher that issues two calls in one turn and then answers: greedy, it repeats both
 calls in harmony, the harness runs them and it answers, which only works when the template,
 the SFT span, the generation stops and the parser agree. Everything is seeded (CPU, one thread).
@@ -19,16 +19,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from retrieval.answer import format_final_answer
-from retrieval.harness import HarnessConfig, run_episode
-from retrieval.policies.model_family import GPT_OSS_EXPERT_PARAMETERS, profile_for, profile_from_config
-from retrieval.policies.transformers_policy import TokenizerCounter, TransformersPolicy, clear_model_cache, load_model
-from retrieval.policy_base import PolicyStep, ToolCall
+from agent.final_answer import format_final_answer
+from agent.harness import HarnessConfig, run_episode
+from agent.policies.model_family import load_options
+from agent.policies.transformers_policy import TokenizerCounter, TransformersPolicy, clear_model_cache, load_model
+from agent.policy_base import PolicyStep, ToolCall
+from core.base_models import GPT_OSS_EXPERT_PARAMETERS, profile_for, profile_from_config
+from core.training_settings import LoraSettings, SFTSettings
 from tests.support.mxfp4 import write_mxfp4_checkpoint
 from tests.support.tiny_models import TinyBackend, tiny_vocab_texts
 from tests.test_training_cispo_support import MemoryBackend, lighthouse_tasks
 from training.sft import run_sft
-from training.sft_settings import LoraSettings, SFTSettings
 
 QUESTION = "Who designed the Alpha Lighthouse?"
 HARNESS = HarnessConfig(token_budget=2048, response_reserve_tokens=256, search_budget_tokens=256, max_turns=3)
@@ -45,7 +46,7 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def gpt_oss_dir(tmp_path_factory) -> Path:
-    from retrieval.small_model import build_tiny_gpt_oss
+    from agent.small_model import build_tiny_gpt_oss
 
     texts = [*tiny_vocab_texts(), *(task.question for task in lighthouse_tasks())]
     return build_tiny_gpt_oss(tmp_path_factory.mktemp("gpt-oss") / "model", texts, seed=0)
@@ -100,7 +101,7 @@ def test_profile_is_chosen_from_the_models_config(gpt_oss_dir, tmp_path):
     assert (profile.family, profile.chat_format, profile.tool_call_parser) == ("gpt_oss", "harmony", "openai")
     assert set(GPT_OSS_EXPERT_PARAMETERS) <= set(profile.lora_targets) and profile.lora_dropout == 0.0
     assert profile.context_window == 65536 and profile.stop_tokens == ("<|return|>", "<|call|>")
-    assert profile.dequantize_mxfp4 is False and profile.load_options() == {}
+    assert profile.dequantize_mxfp4 is False and load_options(profile) == {}
     assert profile_from_config({"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4"}}).dequantize_mxfp4
     assert profile_from_config({"model_type": "qwen3"}).tool_call_parser == "hermes"
     assert profile_from_config({"model_type": "llama", "vocab_size": 49152}).tool_call_parser == "hermes"
@@ -111,26 +112,25 @@ def test_profile_is_chosen_from_the_models_config(gpt_oss_dir, tmp_path):
 
 
 def test_a_customer_file_naming_a_gpt_oss_folder_needs_no_other_setting(gpt_oss_dir, tmp_path):
-    from corpus.config import load_customer
-    from orchestration.customer_files import section_errors
-    from training.customer_training import rl_config, training_settings
-    from training.sft_settings import lora_shape
+    from core.config import CustomerConfigError, load_customer
+    from training.customer_training import base_profile, rl_config
+    from training.lora_shape import lora_shape
 
     (tmp_path / "docs").mkdir()
     path = tmp_path / "acme.yaml"
     path.write_text(f"name: acme\ndomain: web\nsources:\n  - {{type: local, path: ./docs}}\n"
                     f"training:\n  base_model: {gpt_oss_dir}\n")
-    config = load_customer(path)
-    assert section_errors(config) == []
-    settings = training_settings(config)
-    assert settings.base_profile().family == "gpt_oss"
-    targets, dropout = lora_shape(settings.lora, settings.base_profile())
+    settings = load_customer(path).training
+    assert base_profile(settings).family == "gpt_oss"
+    targets, dropout = lora_shape(settings.lora, base_profile(settings))
     assert set(targets) == {*ATTENTION, *GPT_OSS_EXPERT_PARAMETERS} and dropout == 0.0
     assert set(rl_config(settings, has_init_adapter=False).lora_target_modules) == set(targets)
     # a dropout the experts' LoRA cannot have is refused when the file is read, naming the key
     path.write_text(path.read_text() + "  lora: {dropout: 0.05}\n")
-    errors = section_errors(load_customer(path))
-    assert len(errors) == 1 and errors[0].startswith("training:") and "no dropout" in errors[0]
+    with pytest.raises(CustomerConfigError) as error:
+        load_customer(path)
+    errors = str(error.value).splitlines()[1:]
+    assert len(errors) == 1 and errors[0].startswith("  - training:") and "no dropout" in errors[0]
 
 
 # ---- the policy --------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_the_student_calls_two_tools_in_one_turn_then_answers(sft_adapter, gpt_o
 def test_an_mxfp4_checkpoint_is_dequantized_on_load_and_trains(gpt_oss_dir, tmp_path):
     expected = write_mxfp4_checkpoint(gpt_oss_dir, tmp_path / "mxfp4")
     profile = profile_for(tmp_path / "mxfp4")
-    assert profile.dequantize_mxfp4 and profile.load_options()["quantization_config"].dequantize is True
+    assert profile.dequantize_mxfp4 and load_options(profile)["quantization_config"].dequantize is True
     clear_model_cache()
     model = load_model(str(tmp_path / "mxfp4"), dtype="float32").model
     parameters = dict(model.named_parameters())
@@ -244,7 +244,8 @@ def test_sampled_logprobs_are_what_the_cispo_trainer_recomputes(sft_adapter, gpt
     """pi_old (recorded while sampling harmony turns) equals pi (the trainer's forward over the
     re-rendered prompt + sampled ids) on the sampler's own weights; one CISPO step then moves the
     experts' LoRA weights."""
-    from training.cispo_trainer import CispoConfig, load_trainable_model
+    from core.training_settings import CispoConfig
+    from training.cispo_trainer import load_trainable_model
     from training.cispo_update import cispo_optimizer_step, sequence_logprobs
     from training.rl_batch import collate, sequences_from_groups
     from training.rl_rollouts import collect_rollouts
@@ -278,7 +279,8 @@ def test_sampled_logprobs_are_what_the_cispo_trainer_recomputes(sft_adapter, gpt
 def test_cispo_runs_two_steps_from_the_student(sft_adapter, gpt_oss_dir, tmp_path):
     """Sampling near-greedily (T = 0.03: the student's distribution is still flat, so T = 1 would
     sample noise) gives groups whose rewards differ; a trained step starts at pi/pi_old = 1."""
-    from training.cispo_trainer import CispoConfig, train_cispo
+    from core.training_settings import CispoConfig
+    from training.cispo_trainer import train_cispo
 
     result, _ = sft_adapter
     config = CispoConfig(group_size=4, tasks_per_step=2, steps=2, substeps=1, learning_rate=1e-2, max_new_tokens=64,

@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_cispo_steps_on_gpu_with_the_transformers_engine(tmp_path):
+    from core.training_settings import CispoConfig
     from tests.test_training_cispo_support import MemoryBackend, build_answer_model, lighthouse_tasks
-    from training.cispo_trainer import CispoConfig, train_cispo
+    from training.cispo_trainer import train_cispo
 
     tasks = lighthouse_tasks()
     model = build_answer_model(tmp_path / "model", [t.question for t in tasks], hidden_size=512, num_layers=8,

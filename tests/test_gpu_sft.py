@@ -32,11 +32,11 @@ def test_lora_sft_on_gpu_tokens_per_second_and_peak_memory(tmp_path, tmp_path_fa
     import torch
 
     from bench.sft_bench import synthetic_samples
+    from core.training_settings import LoraSettings, SFTSettings
     from training.sft import train_sft
-    from training.sft_settings import LoraSettings, SFTSettings
 
     try:
-        from retrieval.small_model import ensure_smollm2
+        from agent.small_model import ensure_smollm2
 
         folder, name = ensure_smollm2(tmp_path_factory.mktemp("models") / "smollm2"), "smollm2-135m-instruct"
     except FileNotFoundError:

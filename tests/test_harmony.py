@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval.policies.model_family import chat_format_of
-from retrieval.policies.tool_parsing import parse_harmony, parse_reply, split_harmony
-from retrieval.policies.transformers_policy import template_messages
-from retrieval.prompts import tool_schemas
-from retrieval.small_model import HARMONY_SPECIALS, train_harmony_tokenizer
+from agent.policies.model_family import chat_format_of
+from agent.policies.tool_parsing import parse_harmony, parse_reply, split_harmony
+from agent.policies.transformers_policy import template_messages
+from agent.prompts import tool_schemas
+from agent.small_model import HARMONY_SPECIALS, train_harmony_tokenizer
 from training.sft_samples import IGNORE_INDEX, end_token_ids, tokenize_turn
 
 TOOLS = tool_schemas()
@@ -182,7 +182,7 @@ def test_parser_never_raises_on_any_token_soup(pieces):
 
 
 def test_chat_format_is_chosen_from_the_tokenizer(tokenizer):
-    from retrieval.small_model import train_tiny_tokenizer
+    from agent.small_model import train_tiny_tokenizer
 
     assert chat_format_of(tokenizer) == "harmony"
     assert chat_format_of(train_tiny_tokenizer(["hello"], vocab_size=300)) == "chatml"

@@ -19,13 +19,13 @@ from typing import Any, Callable
 import polars as pl
 import pytest
 
-from retrieval.answer import format_final_answer, parse_final_answer
-from retrieval.embedding_model import load_token_offsets
-from retrieval.harness import Harness, HarnessConfig, merge_rankings, run_episode
-from retrieval.harness_view import View
-from retrieval.policy_base import PolicyStep, ToolCall
-from retrieval.prompts import tool_schemas
-from retrieval.trajectory import RankedDocument, Trajectory, read_jsonl, read_parquet, write_jsonl, write_parquet
+from agent.final_answer import format_final_answer, parse_final_answer
+from agent.harness import Harness, HarnessConfig, merge_rankings, run_episode
+from agent.harness_view import View
+from agent.policy_base import PolicyStep, ToolCall
+from agent.prompts import tool_schemas
+from agent.trajectory import RankedDocument, Trajectory, read_jsonl, read_parquet, write_jsonl, write_parquet
+from search.embedding_window import load_token_offsets
 
 DEV_FILE = Path("/work/shared/data/multihop_dev.jsonl")
 if not DEV_FILE.exists():
@@ -63,9 +63,9 @@ def _chunk_id(doc_id: str, text: str) -> str:
 
 
 def _build_index(path: Path, customer: str, rows: list[dict[str, Any]]):
-    from retrieval.chroma_client import persistent_client
-    from retrieval.embeddings import make_embedder
-    from retrieval.index import HybridIndex
+    from search.chroma_client import persistent_client
+    from search.embeddings import make_embedder
+    from search.index import HybridIndex
 
     index = HybridIndex(persistent_client(path), customer, make_embedder())
     index.build_or_update(pl.DataFrame(rows))
@@ -518,7 +518,7 @@ def _gold(record) -> set[str]:
 
 
 def test_heuristic_answers_a_multihop_question_with_a_gold_paragraph(pooled):
-    from retrieval.policies import load_policy
+    from agent.policies import load_policy
 
     index, questions = pooled
     record = next(q for q in questions if q["id"].startswith("2hop"))
@@ -533,7 +533,7 @@ def test_heuristic_answers_a_multihop_question_with_a_gold_paragraph(pooled):
 
 
 def test_heuristic_finds_gold_paragraphs_for_most_pooled_questions(pooled):
-    from retrieval.policies.heuristic import HeuristicPolicy
+    from agent.policies.heuristic import HeuristicPolicy
 
     index, questions = pooled
     with Harness(index, HeuristicPolicy()) as harness:
@@ -547,7 +547,7 @@ def test_heuristic_finds_gold_paragraphs_for_most_pooled_questions(pooled):
 
 
 def test_heuristic_is_deterministic(pooled):
-    from retrieval.policies.heuristic import HeuristicPolicy
+    from agent.policies.heuristic import HeuristicPolicy
 
     index, questions = pooled
     runs = [run_episode(index, HeuristicPolicy(), questions[3]["question"]) for _ in range(2)]
@@ -559,7 +559,7 @@ def test_view_keeps_parts_consistent_after_pruning():
     counter = load_token_offsets()
     view = View(counter)
     view.add_text("system", "sys")
-    from retrieval.harness_view import ChunkPart
+    from agent.harness_view import ChunkPart
 
     parts = ["header\n", ChunkPart("c1", "d1", "<Chunk id=c1>one two</Chunk>\n", 9), ChunkPart("c2", "d1", "<Chunk id=c2>three</Chunk>\n", 7)]
     view.add_tool_result("t1", "search_corpus", parts, [2, 9, 7])

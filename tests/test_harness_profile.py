@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.compact_view import References, best_sentences, parse_reference_answer
-from retrieval.harness import HarnessConfig, ProfileError, run_episode
-from retrieval.policy_base import PolicyStep
+from agent.compact_view import References, best_sentences, parse_reference_answer
+from agent.harness import HarnessConfig, ProfileError, run_episode
+from agent.policy_base import PolicyStep
 from tests.test_harness import TINY_DOCS, ScriptedPolicy, tiny_index  # noqa: F401 - the fixture
 
 COMPACT = HarnessConfig(view="compact", token_budget=4096, search_budget_tokens=512, response_reserve_tokens=256)
@@ -109,7 +109,7 @@ def test_usage_line_counts_the_tool_schemas(tiny_index):
 def _schema_tokens(trajectory) -> int:
     import json
 
-    from retrieval.embedding_model import load_token_offsets
+    from search.embedding_window import load_token_offsets
 
     return load_token_offsets().count(json.dumps(trajectory.tools))
 
@@ -175,7 +175,7 @@ def test_a_served_checkpoint_reached_through_an_endpoint_runs_under_its_sidecars
 
 
 def test_a_markdown_title_line_is_not_shown_twice():
-    from retrieval.compact_view import render_compact_chunk
+    from agent.compact_view import render_compact_chunk
 
     rendered = render_compact_chunk(4, "Cecil Parker", "# Cecil Parker\n\nCecil Parker was an English actor.", set())
     assert rendered == "[4] Cecil Parker: Cecil Parker was an English actor.\n"

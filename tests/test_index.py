@@ -24,18 +24,11 @@ import pytest
 
 from corpus.chunk_sync import CHUNK_SCHEMA
 from corpus.chunking import chunk_id_for
-from retrieval.backend import Hit, SearchBackend
-from retrieval.bm25 import BM25Index, tokenize
-from retrieval.chroma_client import http_client, persistent_client
-from retrieval.fusion import rrf
-from retrieval.index import (
-    HybridIndex,
-    IndexNotBuilt,
-    collection_name,
-    dense_recall_vs_brute_force,
-    index_count_matches_chunks,
-    no_duplicate_ids,
-)
+from search.backend import Hit, SearchBackend
+from search.bm25 import BM25Index, tokenize
+from search.chroma_client import http_client, persistent_client
+from search.fusion import rrf
+from search.index import HybridIndex, IndexNotBuilt, collection_name, dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
 
 DATA = Path(__file__).parent / "data" / "multihop_sample.jsonl"
 CHUNKER = "v1:test:512"
@@ -175,7 +168,7 @@ def small_chunks(records) -> pl.DataFrame:
 
 @pytest.fixture(scope="session")
 def real_embedder():
-    from retrieval.embeddings import Embedder
+    from search.embeddings import Embedder
 
     return MemoEmbedder(Embedder())
 
@@ -568,7 +561,7 @@ def test_chroma_run_server_mode(chroma_server, tmp_path, small_chunks, chunks, r
 
 
 def test_sentence_transformer_loaded_once_per_process(real_embedder):
-    from retrieval.embeddings import Embedder
+    from search.embeddings import Embedder
 
     first, second = Embedder(), Embedder(batch_size=8)
     assert first._model() is second._model()
@@ -585,7 +578,7 @@ def test_openai_compatible_embeddings_endpoint(monkeypatch):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from retrieval.embeddings import OpenAIEmbedder, make_embedder
+    from search.embeddings import OpenAIEmbedder, make_embedder
 
     seen: list[dict] = []
 

@@ -11,9 +11,9 @@ import dagster as dg
 import pytest
 
 from assets.corpus_assets import chunks, raw_documents
+from assets.partitions import customers_partitions
+from assets.resources import ArtifactStoreResource, CustomersResource
 from orchestration.definitions import build_definitions
-from orchestration.partitions import customers_partitions
-from orchestration.resources import ArtifactStoreResource, CustomersResource
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "orchestration.cli"]

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from retrieval.policies.tool_parsing import parse_tool_calls
-from retrieval.policy_base import PolicyStep
+from agent.policies.tool_parsing import parse_tool_calls
+from agent.policy_base import PolicyStep
 from tests.support.openai_scripted import Reply, ScriptedOpenAI, completion
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ def test_parse_invalid_arguments_keep_raw_text():
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from retrieval.small_model import build_tiny_model
+    from agent.small_model import build_tiny_model
 
     texts = ["Acme was founded by Jane Roe in 1901 in Springfield.", "The river flows north past the mill."] * 20
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, seed=7)
@@ -147,7 +147,7 @@ def tiny_dir(tmp_path_factory):
 def test_tiny_model_is_deterministic(tmp_path, tiny_dir):
     from safetensors.torch import load_file
 
-    from retrieval.small_model import build_tiny_model
+    from agent.small_model import build_tiny_model
 
     texts = ["Acme was founded by Jane Roe in 1901 in Springfield.", "The river flows north past the mill."] * 20
     again = build_tiny_model(tmp_path / "again", texts, seed=7)
@@ -193,7 +193,7 @@ def _forward_logprobs(policy, step: PolicyStep, messages, tools, temperature: fl
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_transformers_policy_generates_with_logprobs(tiny_dir, temperature):
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     # fp32: the recorded logprobs must equal a forward pass to 1e-4 (bf16, the CPU inference default, rounds coarser)
     policy = TransformersPolicy(str(tiny_dir), max_new_tokens=24, temperature=temperature, seed=3, dtype="float32")
@@ -231,7 +231,7 @@ def _forced(monkeypatch, policy, text: str) -> None:
 def forced_policy(tiny_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
     return TransformersPolicy.from_loaded(model, AutoTokenizer.from_pretrained(str(tiny_dir)), max_new_tokens=64)
@@ -274,8 +274,8 @@ def test_transformers_policy_malformed_completion_is_recorded(monkeypatch, force
 
 
 def test_transformers_policy_prompt_longer_than_window(tmp_path):
-    from retrieval.policies.transformers_policy import TransformersPolicy
-    from retrieval.small_model import build_tiny_model
+    from agent.policies.transformers_policy import TransformersPolicy
+    from agent.small_model import build_tiny_model
 
     folder = build_tiny_model(tmp_path / "short", ["short window"], seed=0, max_position_embeddings=32)
     step = TransformersPolicy(str(folder), max_new_tokens=8).new_episode("q").act(BASE_MESSAGES, TOOLS)
@@ -288,7 +288,7 @@ def test_transformers_policy_loads_lora_adapter(tmp_path, tiny_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     base = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
     torch.manual_seed(0)
@@ -307,7 +307,7 @@ def test_transformers_policy_loads_lora_adapter(tmp_path, tiny_dir):
 
 
 def test_policy_specs_and_token_counters(tiny_dir):
-    from retrieval.policies import openai_policy, transformers_policy
+    from agent.policies import openai_policy, transformers_policy
 
     policy = transformers_policy.policy_from_spec(str(tiny_dir), max_new_tokens=4)
     assert policy.name == f"transformers:{tiny_dir}" and policy.max_new_tokens == 4
@@ -329,8 +329,8 @@ def test_policies_pickle_without_their_clients_or_models(tiny_dir):
     """Policies cross process boundaries (executors, workers): live clients and models stay behind."""
     import pickle
 
-    from retrieval.policies.openai_policy import OpenAIPolicy
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     remote = OpenAIPolicy("http://127.0.0.1:9/v1", "m", timeout=3)
     remote.client()
@@ -350,7 +350,7 @@ def _ok(content=None, tool_calls=None):
 
 
 def test_openai_policy_request_and_tool_calls(monkeypatch):
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     monkeypatch.setenv("SEARCHSMITH_TEST_KEY", "sk-test-secret")
     with ScriptedOpenAI(lambda req, n: _ok(tool_calls=[{"name": "search_corpus", "arguments": {"query": "acme"}},
@@ -379,7 +379,7 @@ def test_openai_policy_request_and_tool_calls(monkeypatch):
 
 
 def test_openai_policy_without_key_env_sends_empty():
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     with ScriptedOpenAI(lambda req, n: _ok(content="done")) as stub:
         step = OpenAIPolicy(stub.base_url, "m").new_episode("q").act(BASE_MESSAGES, [])
@@ -389,7 +389,7 @@ def test_openai_policy_without_key_env_sends_empty():
 
 
 def test_openai_policy_malformed_arguments_are_recorded():
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     body = completion(content=None)
     body["choices"][0]["message"]["tool_calls"] = [
@@ -406,7 +406,7 @@ def test_openai_policy_malformed_arguments_are_recorded():
 
 def test_openai_policy_parses_calls_left_in_text():
     """A server without a tool parser (or whose parser gave up) returns the call as text."""
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     text = '<tool_call>\n{"name": "search_corpus", "arguments": {"query": "acme"}}\n</tool_call>\n<tool_call>\n{"name": "grep'
     with ScriptedOpenAI(lambda req, n: _ok(content=text)) as stub:
@@ -418,7 +418,7 @@ def test_openai_policy_parses_calls_left_in_text():
 def test_openai_policy_timeout_retries_then_raises():
     import openai
 
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     with ScriptedOpenAI(lambda req, n: Reply(body=completion(content="late"), delay_s=1.5)) as stub:
         policy = OpenAIPolicy(stub.base_url, "m", timeout=0.3, max_retries=2)
@@ -430,7 +430,7 @@ def test_openai_policy_timeout_retries_then_raises():
 
 
 def test_openai_policy_retries_server_errors_with_backoff():
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     def responder(req, n):
         return Reply(503, {"error": {"message": "overloaded"}}) if n <= 2 else _ok(content="ok")
@@ -442,7 +442,7 @@ def test_openai_policy_retries_server_errors_with_backoff():
 
 
 def test_openai_policy_drops_fields_a_server_rejects():
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     def responder(req, n):
         if "parallel_tool_calls" in req:
@@ -459,7 +459,7 @@ def test_openai_policy_drops_fields_a_server_rejects():
 
 
 def test_openai_policy_rejected_request_is_recorded():
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     with ScriptedOpenAI(lambda req, n: Reply(400, {"error": {"message": "maximum context length is 8192 tokens"}})) as stub:
         step = OpenAIPolicy(stub.base_url, "m", max_retries=0).new_episode("q").act(BASE_MESSAGES, TOOLS)
@@ -467,7 +467,7 @@ def test_openai_policy_rejected_request_is_recorded():
 
 
 def test_openai_policy_reads_logprobs_and_token_ids():
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     body = completion(content="Paris", completion_tokens=2)
     body["choices"][0]["logprobs"] = {"content": [
@@ -484,7 +484,7 @@ def test_openai_policy_reads_logprobs_and_token_ids():
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    from retrieval.small_model import SMOLLM2_DIRNAME, ensure_smollm2, smollm2_gguf_path
+    from agent.small_model import SMOLLM2_DIRNAME, ensure_smollm2, smollm2_gguf_path
 
     try:
         smollm2_gguf_path()
@@ -497,7 +497,7 @@ def smollm2_dir():
 def test_smollm2_converts_from_gguf_once(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
-    from retrieval.small_model import ensure_smollm2, smollm2_gguf_path
+    from agent.small_model import ensure_smollm2, smollm2_gguf_path
 
     try:
         smollm2_gguf_path()
@@ -518,7 +518,7 @@ def test_smollm2_converts_from_gguf_once(tmp_path):
 
 @pytest.mark.slow
 def test_smollm2_generates_with_its_chat_template(smollm2_dir):
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(str(smollm2_dir), max_new_tokens=12)
     step = policy.new_episode("q").act([{"role": "user", "content": "What is the capital of France?"}], [])
@@ -545,7 +545,7 @@ def openai_server(smollm2_dir):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_openai_policy_against_real_server(openai_server):
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     policy = OpenAIPolicy(openai_server.base_url, openai_server.model, timeout=300, max_retries=1, max_tokens=80, seed=0)
     assert policy.client().timeout == 300 and policy.client().max_retries == 1
@@ -559,7 +559,7 @@ def test_openai_policy_against_real_server(openai_server):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_openai_policy_logprobs_from_real_server(openai_server):
-    from retrieval.policies.openai_policy import OpenAIPolicy
+    from agent.policies.openai_policy import OpenAIPolicy
 
     if not openai_server.supports_logprobs:
         pytest.skip(f"{openai_server.backend} does not return logprobs")
@@ -573,8 +573,8 @@ def test_openai_policy_logprobs_from_real_server(openai_server):
 
 # ---- the heuristic policy's pure helpers and its bridge hop, on hand-made chunks -----------
 
-from retrieval.policies.heuristic import HeuristicEpisode  # noqa: E402
-from retrieval.policies.heuristic_text import entity_spans, normalize, question_terms, title_keys  # noqa: E402
+from agent.policies.heuristic import HeuristicEpisode  # noqa: E402
+from agent.policies.heuristic_text import entity_spans, normalize, question_terms, title_keys  # noqa: E402
 
 ALL_TOOLS = [{"type": "function", "function": {"name": name}} for name in ("search_corpus", "grep_corpus", "read_document", "prune_chunks")]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from corpus.progress import Progress
+from core.progress import Progress
 
 
 def test_progress_reports_at_most_every_interval_and_always_at_the_end(caplog):
@@ -27,15 +27,15 @@ def test_progress_without_a_total_counts_and_notes(caplog):
 
 
 def test_embedding_reports_chunks_embedded(caplog, tmp_path):
-    """The index build reports through the `retrieval.index` logger (the console's status line)."""
+    """The index build reports through the `search.index` logger (the console's status line)."""
     import hashlib
     import re
 
     import numpy as np
     import polars as pl
 
-    from retrieval.chroma_client import persistent_client
-    from retrieval.index import HybridIndex
+    from search.chroma_client import persistent_client
+    from search.index import HybridIndex
 
     class HashEmbedder:
         name, dims = "hash-bow-16", 16
@@ -52,6 +52,6 @@ def test_embedding_reports_chunks_embedded(caplog, tmp_path):
         "text": [f"passage {i} about topic {i % 4}" for i in range(12)], "title": [f"Doc {i // 3}" for i in range(12)],
         "index": [i % 3 for i in range(12)], "n_tokens": [6] * 12,
     })
-    with caplog.at_level(logging.INFO, logger="retrieval.index"):
+    with caplog.at_level(logging.INFO, logger="search.index"):
         HybridIndex(persistent_client(tmp_path / "chroma"), "progress", HashEmbedder()).build_or_update(chunks, chunker="test")
     assert any(r.getMessage() == "chunks embedded 12/12" for r in caplog.records)

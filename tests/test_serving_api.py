@@ -21,10 +21,10 @@ import pytest
 import uvicorn
 from starlette.testclient import TestClient
 
-from retrieval.chroma_client import persistent_client
-from retrieval.index import IndexNotBuilt
-from serving.api import ApiLimits, IndexCache, create_app
+from search.chroma_client import persistent_client
+from search.index import IndexNotBuilt
 from serving import api_keys as api_keys_module
+from serving.api import ApiLimits, IndexCache, create_app
 from serving.api_keys import ApiKeyStore, create_key
 from serving.search import PolicyFailed, run_search
 from tests.test_index import DATA, HashEmbedder, chunk_table, make_index

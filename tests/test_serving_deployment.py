@@ -8,16 +8,10 @@ import json
 
 import pytest
 
-from corpus.storage import LocalArtifactStore
-from serving.deployment import (
-    ServingSettings,
-    benchmark_summary_key,
-    current_serving,
-    promote_best,
-    rollback_served,
-    served_policy,
-    serving_settings,
-)
+from core.layout import benchmark_summary_key
+from core.serving_settings import ServingSettings
+from core.storage import LocalArtifactStore
+from serving.deployment import current_serving, promote_best, rollback_served, served_policy
 from serving.served_state import NothingToRollBack, load_served
 from serving.serving_manifest import load_manifest
 from tests.test_serving_promotion import m
@@ -93,9 +87,3 @@ def test_missing_benchmark_results_are_a_clear_error(store):
         promote_best(store, "acme", SETTINGS)
 
 
-def test_serving_section_is_validated_with_the_customer_name():
-    from types import SimpleNamespace
-
-    assert serving_settings(SimpleNamespace(name="acme", model_extra={})).vllm_url is None
-    with pytest.raises(ValueError, match="acme.*serving"):
-        serving_settings(SimpleNamespace(name="acme", model_extra={"serving": {"promotion": {"margn": 0.1}}}))

@@ -6,18 +6,11 @@ import json
 
 import pytest
 
-from corpus.storage import LocalArtifactStore
-from serving.promotion import PromotionSettings, adapter_of, decide, record_for
-from serving.served_state import (
-    NothingToRollBack,
-    ServedRecord,
-    load_served,
-    load_state,
-    promote,
-    rollback,
-    served_key,
-    served_policy_spec,
-)
+from core.layout import served_key
+from core.serving_settings import PromotionSettings
+from core.storage import LocalArtifactStore
+from serving.promotion import adapter_of, decide, record_for
+from serving.served_state import NothingToRollBack, ServedRecord, load_served, load_state, promote, rollback, served_policy_spec
 
 SFT = "transformers:/ckpt/sft"
 CISPO = "transformers:/ckpt/cispo"

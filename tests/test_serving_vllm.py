@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.storage import LocalArtifactStore
+from core.storage import LocalArtifactStore
 from serving.served_state import ServedRecord
 from serving.serving_manifest import adapter_name, load_manifest, manifest_for, write_manifest
 from serving.vllm_server import (
@@ -174,7 +174,7 @@ def test_starting_without_a_vllm_interpreter_says_how_to_get_one(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2_dir():
-    from retrieval.small_model import SMOLLM2_DIRNAME, ensure_smollm2, smollm2_gguf_path
+    from agent.small_model import SMOLLM2_DIRNAME, ensure_smollm2, smollm2_gguf_path
 
     try:
         smollm2_gguf_path()
@@ -237,8 +237,9 @@ def test_real_vllm_serves_lora_adapters_and_loads_one_at_run_time(smollm2_dir, t
 
         # The promotion path: deploy() loads a customer's newly served adapter into the running
         # server, points the manifest (and so the search service) at it, and unloads the old one.
-        from corpus.storage import LocalArtifactStore
-        from serving.deployment import ServingSettings, deploy
+        from core.serving_settings import ServingSettings
+        from core.storage import LocalArtifactStore
+        from serving.deployment import deploy
         from serving.served_state import ServedRecord
 
         store, settings = LocalArtifactStore(tmp_path / "artifacts"), ServingSettings(vllm_url=server.base_url)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.config import GitHubSource
+from core.config import GitHubSource
 from corpus.sources import github
 from corpus.sources.base import Failed, Fetched, PreviousItem, SourceError, Unchanged
 from corpus.sources.github import GitHubConnector, build_auth, fetch_command, git_env, redact_url, run_git

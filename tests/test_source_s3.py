@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from corpus.config import S3Source
+from core.config import S3Source
 from corpus.sources import s3 as s3_module
 from corpus.sources.base import Failed, Fetched, PreviousItem, SourceError, Unchanged
 from corpus.sources.s3 import S3Connector

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corpus.config import WebSource
+from core.config import WebSource
 from corpus.sources import web
 from corpus.sources.base import Failed, Fetched, PreviousItem, SourceError, Unchanged
 from corpus.sources.web import HostRateLimiter, Scope, WebConnector, extract_links, normalize_url, parse_sitemap

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ["corpus", "retrieval", "synth", "training", "evaluation", "serving"]
+STAGES = ["core", "corpus", "search", "agent", "synth", "training", "evaluation", "serving"]
 
 
 def stage_modules() -> list[str]:

@@ -1,7 +1,7 @@
 import polars as pl
 import pytest
 
-from corpus.storage import ArtifactNotFound, LocalArtifactStore
+from core.storage import ArtifactNotFound, LocalArtifactStore
 
 
 def test_local_store_round_trip_and_atomic_write(tmp_path):

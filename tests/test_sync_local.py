@@ -10,7 +10,7 @@ from corpus.chunk_sync import ChunkerSettings, sync_chunks
 from corpus.sources.base import Fetched
 from corpus.sources.local import LocalConnector
 from corpus.sync import sync_sources
-from retrieval.embedding_model import load_token_offsets
+from search.embedding_window import load_token_offsets
 from tests.support.files import make_eml, make_mbox, make_pdf
 
 SETTINGS = ChunkerSettings(64, 8, 16_384, "all-MiniLM-L6-v2")

@@ -13,13 +13,14 @@ import numpy as np
 import polars as pl
 import pytest
 
+from core.task_settings import TaskGenConfig
 from corpus.chunk_sync import ChunkerSettings, sync_chunks
 from corpus.sources.local import LocalConnector
 from corpus.sync import sync_sources
-from retrieval.embedding_model import load_token_offsets
+from search.embedding_window import load_token_offsets
 from synth.checks import enough_tasks_per_split, supporting_quotes_found
 from synth.corpus_view import CorpusView, SourceDoc
-from synth.generate import TaskGenConfig, generate_tasks, select_seeds, synthesize_extractive
+from synth.generate import generate_tasks, select_seeds, synthesize_extractive, task_fingerprint
 from synth.quotes import contains_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +53,8 @@ def demo_frames() -> tuple[pl.DataFrame, pl.DataFrame]:
 
 @pytest.fixture(scope="module")
 def demo_index(demo_frames, tmp_path_factory):
-    from retrieval.chroma_client import persistent_client
-    from retrieval.index import HybridIndex
+    from search.chroma_client import persistent_client
+    from search.index import HybridIndex
 
     index = HybridIndex(persistent_client(tmp_path_factory.mktemp("chroma")), "demo", HashEmbedder())
     index.build_or_update(demo_frames[0])
@@ -160,7 +161,7 @@ def test_natural_questions_ask_in_the_documents_words(demo_frames):
             assert re.search(r"\bX\b", query)
     passed, details = supporting_quotes_found(verified, corpus)
     assert passed, details
-    assert TaskGenConfig(question_style="natural").fingerprint(None) != TaskGenConfig().fingerprint(None)
+    assert task_fingerprint(TaskGenConfig(question_style="natural"), None) != task_fingerprint(TaskGenConfig(), None)
 
 
 def test_wh_phrase_takes_the_answers_place():

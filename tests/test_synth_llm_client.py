@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from pydantic import BaseModel
 
-from corpus.storage import LocalArtifactStore
+from core.storage import LocalArtifactStore
 from synth.cache import ResponseCache
 from synth.llm import LLMError, ReplyParseError, TeacherLLM, parse_json_reply
 from tests.support.openai_scripted import Reply, ScriptedOpenAI, completion

@@ -17,9 +17,10 @@ import threading
 import polars as pl
 import pytest
 
-from corpus.storage import LocalArtifactStore
-from retrieval.backend import Hit
-from synth.generate import TaskGenConfig, generate_tasks
+from core.storage import LocalArtifactStore
+from core.task_settings import TaskGenConfig
+from search.backend import Hit
+from synth.generate import generate_tasks
 from synth.llm import TeacherLLM
 from synth.quotes import contains_answer
 from tests.support.openai_scripted import Reply, ScriptedOpenAI, completion

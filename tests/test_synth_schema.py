@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus.storage import LocalArtifactStore
+from core.storage import LocalArtifactStore
 from synth.checks import enough_tasks_per_split, supporting_quotes_found
 from synth.corpus_view import CorpusView, SourceDoc
 from synth.export import distractor_table, save_dataset, task_from_record, tasks_from_jsonl, tasks_to_jsonl, to_dataset, write_parquet

@@ -10,8 +10,8 @@ import threading
 import pytest
 import torch
 
+from agent.harness import Harness, HarnessConfig
 from evaluation.reward import reward as reference_reward
-from retrieval.harness import Harness, HarnessConfig
 from tests.test_training_cispo_support import MemoryBackend, ScriptedPolicy, answer_model_dir, lighthouse_tasks, model_dir, one_thread  # noqa: F401 (fixtures)
 from training.cispo_update import accumulate_cispo_gradients, sequence_logprobs
 from training.rl_batch import MissingLogprobs, collate, sequences_from_groups, sequences_from_trajectory

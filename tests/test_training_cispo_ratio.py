@@ -16,8 +16,9 @@ import json
 import pytest
 import torch
 
+from core.training_settings import CispoConfig
 from tests.test_training_cispo_support import MemoryBackend, answer_model_dir, lighthouse_tasks, model_dir, one_thread  # noqa: F401 (fixtures)
-from training.cispo_trainer import CispoConfig, load_trainable_model, train_cispo
+from training.cispo_trainer import load_trainable_model, train_cispo
 
 RATIO_TOLERANCE = 1e-5  # float32 on CPU: cached generation vs one full forward
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from agent.prompts import SYSTEM_PROMPT, tool_schemas
 from evaluation.metrics import Gold
-from retrieval.backend import Hit
-from retrieval.prompts import SYSTEM_PROMPT, tool_schemas
+from search.backend import Hit
 from training.curriculum import RLTask
 
 DOCS = {
@@ -70,8 +70,8 @@ def lighthouse_tasks() -> list[RLTask]:
 
 
 def first_turn_messages(question: str) -> list[dict]:
-    from retrieval.harness import HarnessConfig
-    from retrieval.prompts import system_prompt
+    from agent.harness import HarnessConfig
+    from agent.prompts import system_prompt
 
     cfg = HarnessConfig.for_training()
     system = system_prompt(token_budget=cfg.token_budget, hard_cutoff_tokens=cfg.hard_cutoff_tokens,
@@ -85,8 +85,8 @@ def build_answer_model(folder: Path, questions: list[str], seed: int = 0, answer
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from retrieval.policies.transformers_policy import template_messages
-    from retrieval.small_model import build_tiny_model
+    from agent.policies.transformers_policy import template_messages
+    from agent.small_model import build_tiny_model
 
     texts = [SYSTEM_PROMPT, json.dumps(tool_schemas()), *questions] * 2
     build_tiny_model(folder, texts, seed=seed, vocab_size=1024, hidden_size=hidden_size, num_layers=num_layers,
@@ -146,7 +146,7 @@ class ScriptedPolicy:
         self.name = name
 
     def token_counter(self):
-        from retrieval.policies.transformers_policy import TokenizerCounter
+        from agent.policies.transformers_policy import TokenizerCounter
 
         return TokenizerCounter(self.tokenizer)
 
@@ -159,8 +159,8 @@ class _ScriptedEpisode:
         self.policy, self.plan, self.seed, self.turn = policy, plan, seed, 0
 
     def act(self, messages, tools):
-        from retrieval.policies.transformers_policy import template_messages
-        from retrieval.policy_base import PolicyStep, ToolCall
+        from agent.policies.transformers_policy import template_messages
+        from agent.policy_base import PolicyStep, ToolCall
 
         policy = self.policy
         if policy.crash is not None:

@@ -18,9 +18,10 @@ from statistics import fmean
 import pytest
 import torch
 
-from retrieval.policies.transformers_policy import TransformersPolicy, clear_model_cache
+from agent.policies.transformers_policy import TransformersPolicy, clear_model_cache
+from core.training_settings import CispoConfig
 from tests.test_training_cispo_support import ANSWER_TOKENS, MemoryBackend, answer_model_dir, lighthouse_tasks, model_dir, one_thread  # noqa: F401 (fixtures)
-from training.cispo_trainer import CispoConfig, train_cispo
+from training.cispo_trainer import train_cispo
 from training.cispo_update import CispoDiverged
 from training.rl_checkpoints import latest_checkpoint
 from training.rl_rollouts import collect_rollouts

@@ -11,37 +11,28 @@ from types import SimpleNamespace
 
 import pytest
 
-from corpus.storage import LocalArtifactStore
-from retrieval.harness import Harness, HarnessConfig
-from retrieval.policies import load_policy
+from agent.harness import Harness, HarnessConfig
+from agent.policies import load_policy
+from core.layout import kept_trajectories_key
+from core.storage import LocalArtifactStore
+from core.training_settings import TrainingSettings
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
 from tests.test_training_sft_teacher import TASKS
 from training.customer_training import (
-    TrainingSettings,
     checkpoint_policies,
     collect_sft_trajectories,
-    kept_key,
     load_kept_trajectories,
     read_manifest,
     teacher_policy,
     train_cispo_checkpoint,
     train_sft_checkpoint,
     train_tasks,
-    training_settings,
 )
 
 
 def _customer(training: dict | None = None, teacher=None):
     extra = {"training": training} if training is not None else {}
     return SimpleNamespace(name="acme", teacher=teacher, model_extra=extra)
-
-
-def test_training_section_is_validated_with_the_customer_name_in_the_error():
-    assert training_settings(_customer()).base_model == "smollm2"
-    with pytest.raises(ValueError, match="acme.*training"):
-        training_settings(_customer({"sft": {"learning_rat": 1e-4}}))
-    with pytest.raises(ValueError, match="acme"):
-        training_settings(_customer({"rl": {"group_size": 1}}))
 
 
 def test_auto_teacher_is_the_customer_endpoint_when_configured_else_the_heuristic():
@@ -102,7 +93,7 @@ def test_sft_trajectories_are_filtered_and_stored_with_a_dataset(trained):
     assert [t.id for t in load_kept_trajectories(trained.store, "acme")] == [t.id for t in trained.data.kept]
     assert trained.store.exists("acme/training/sft_dataset/dataset_info.json")
     assert trained.data.histogram is not None and trained.data.histogram.stat().st_size > 0
-    assert trained.store.exists(kept_key("acme"))
+    assert trained.store.exists(kept_trajectories_key("acme"))
 
 
 def test_sft_checkpoint_writes_a_manifest_the_adapter_and_its_copy_in_the_store(trained, settings):
@@ -164,7 +155,7 @@ def test_concurrent_first_loads_of_an_adapter_share_one_real_model(trained, sett
     builds on the meta device under process-wide patches, so unserialized loads broke models."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from retrieval.policies.transformers_policy import clear_model_cache, load_model
+    from agent.policies.transformers_policy import clear_model_cache, load_model
 
     clear_model_cache()
     with ThreadPoolExecutor(4) as pool:

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.customer_report import BenchmarkSettings
-from evaluation.reward import DEFAULT_REWARD_K
-from retrieval.harness import HarnessConfig
+from agent.harness import HarnessConfig
+from core.benchmark_settings import BenchmarkSettings
+from core.training_settings import DEFAULT_REWARD_K, CispoConfig, TrainingSettings
 from tests.test_training_cispo_support import MemoryBackend, ScriptedPolicy, answer_model_dir, lighthouse_tasks, model_dir  # noqa: F401 (fixtures)
-from training.cispo_trainer import CispoConfig
-from training.customer_training import TrainingSettings, rl_config, training_settings
+from training.customer_training import rl_config
 from training.rl_rollouts import collect_rollouts, rollout_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +59,8 @@ def test_rl_config_takes_the_reward_k_from_the_customer_files_benchmark_k():
     explicit = TrainingSettings.model_validate({"rl": {"reward_k": 7}})
     assert rl_config(explicit, True, benchmark_k=3).reward_k == 7  # an explicit training.rl.reward_k wins
 
-    from corpus.config import load_customer
+    from core.config import load_customer
 
     demo = load_customer(ROOT / "customers" / "demo.yaml")
-    benchmark = BenchmarkSettings.model_validate(demo.model_extra.get("benchmark", {}))
-    config = rl_config(training_settings(demo), True, benchmark_k=benchmark.k)
-    assert benchmark.k == 5 and config.reward_k == 5
+    config = rl_config(demo.training, True, benchmark_k=demo.benchmark.k)
+    assert demo.benchmark.k == 5 and config.reward_k == 5

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 from evaluation.metrics import Gold
-from retrieval.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 from training.sft_plots import plot_recall_histograms
 from training.sft_selection import filter_trajectories, kept_dataset, malformed_reason, trajectories_from_dataset
 

@@ -10,14 +10,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from retrieval.answer import format_final_answer
-from retrieval.harness import HarnessConfig, run_episode
-from retrieval.policies.transformers_policy import TokenizerCounter, template_messages
-from retrieval.policy_base import PolicyStep, ToolCall
+from agent.final_answer import format_final_answer
+from agent.harness import HarnessConfig, run_episode
+from agent.policies.transformers_policy import TokenizerCounter, template_messages
+from agent.policy_base import PolicyStep, ToolCall
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
-from training.sft_samples import (
-    IGNORE_INDEX, MissingTurnKind, TemplatePrefixError, assistant_message, build_samples, tokenize_turn, turn_chat,
-)
+from training.sft_samples import IGNORE_INDEX, MissingTurnKind, TemplatePrefixError, assistant_message, build_samples, tokenize_turn, turn_chat
 
 QUESTION = "Which engineer designed the Alpha Lighthouse, and where did she teach?"
 
@@ -208,7 +206,7 @@ def test_any_reply_text_is_labelled_exactly_after_the_prompts_own_tokens(tokeniz
 def test_a_token_merging_across_the_prompt_end_keeps_the_prompts_own_tokens():
     """SmolLM2's BPE merges a reply's leading newlines with the generation prompt's; the sample
     must still start with the prompt's own tokens (what the model is given at inference)."""
-    from retrieval.small_model import SMOLLM2_DIRNAME, default_models_dir, is_complete
+    from agent.small_model import SMOLLM2_DIRNAME, default_models_dir, is_complete
 
     folder = default_models_dir() / SMOLLM2_DIRNAME
     if not is_complete(folder):

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from retrieval.answer import format_final_answer
-from retrieval.harness import HarnessConfig
-from retrieval.policy_base import PolicyStep, ToolCall
+from agent.final_answer import format_final_answer
+from agent.harness import HarnessConfig
+from agent.policy_base import PolicyStep, ToolCall
 from synth.schema import SupportingItem, SynthTask
 from tests.support.tiny_models import TinyBackend
 from training.sft_selection import filter_trajectories, golds_for_tasks, malformed_reason
@@ -118,7 +118,7 @@ def test_a_teacher_that_always_fails_raises():
 
 
 def test_heuristic_teacher_rollouts_go_through_the_filter():
-    from retrieval.policies import load_policy
+    from agent.policies import load_policy
 
     result = collect_teacher_trajectories(TASKS, TinyBackend(), load_policy("heuristic"), CONFIG, k_rollouts=2, workers=2)
     assert all(malformed_reason(t) is None for t in result.trajectories)

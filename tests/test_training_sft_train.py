@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from retrieval.answer import format_final_answer
-from retrieval.harness import HarnessConfig, run_episode
-from retrieval.policies.transformers_policy import TokenizerCounter
-from retrieval.policy_base import PolicyStep, ToolCall
+from agent.final_answer import format_final_answer
+from agent.harness import HarnessConfig, run_episode
+from agent.policies.transformers_policy import TokenizerCounter
+from agent.policy_base import PolicyStep, ToolCall
+from core.training_settings import LoraSettings, SFTSettings
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
 from training.sft import SIDECAR, read_sidecar, run_sft, train_sft
 from training.sft_plots import plot_loss_curve
 from training.sft_samples import IGNORE_INDEX, SampleSet, build_samples
-from training.sft_settings import LoraSettings, SFTSettings
 
 LORA = LoraSettings(rank=8, alpha=16, dropout=0.0)
 SFT = SFTSettings(learning_rate=1e-2, max_steps=12, batch_size=2, grad_accum=1, lr_scheduler="constant",
@@ -131,7 +131,7 @@ def test_adapter_reloads_and_generates(trained, model_dir):
 
 
 def test_transformers_policy_runs_an_episode_with_the_adapter(trained, model_dir):
-    from retrieval.policies.transformers_policy import TransformersPolicy
+    from agent.policies.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(str(model_dir), adapter_path=trained.adapter_path, max_new_tokens=16)
     config = HarnessConfig(token_budget=2048, response_reserve_tokens=256, max_turns=2)

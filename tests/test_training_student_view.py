@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.embedding_model import load_token_offsets
-from retrieval.harness import HarnessConfig, run_episode
-from retrieval.policies.heuristic import HeuristicPolicy
-from retrieval.prompts import PRUNE_CHUNKS, READ_DOCUMENT
+from agent.harness import HarnessConfig, run_episode
+from agent.policies.heuristic import HeuristicPolicy
+from agent.prompts import PRUNE_CHUNKS, READ_DOCUMENT
+from search.embedding_window import load_token_offsets
 from tests.test_harness import pooled  # noqa: F401 - the fixture: real multi-hop paragraphs
 from training.student_view import render_in_student_view
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import uvicorn
 
-from retrieval.chroma_client import persistent_client
-from retrieval.trajectory import Trajectory, write_jsonl
+from agent.trajectory import Trajectory, write_jsonl
+from search.chroma_client import persistent_client
 from serving.api import create_app
 from serving.api_keys import ApiKeyStore
 from serving.search import run_search

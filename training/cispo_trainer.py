@@ -34,19 +34,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
-
-from evaluation.reward import DEFAULT_EPS, DEFAULT_REWARD_K, annealed_beta
-from retrieval.backend import SearchBackend
-from retrieval.harness import HarnessConfig
-from retrieval.trajectory import write_jsonl
+from agent.harness import HarnessConfig
+from agent.trajectory import write_jsonl
+from core.training_settings import CispoConfig
+from evaluation.reward import annealed_beta
+from search.backend import SearchBackend
 from training.curriculum import Curriculum, _mix, as_rl_tasks, steps_for_epochs
 from training.rl_batch import sequences_from_groups, split_substeps
 from training.rl_checkpoints import (
-    CHECKPOINTS, append_jsonl, export_adapter, latest_checkpoint, load_checkpoint, read_metrics, read_sidecar,
-    save_checkpoint, write_metrics,
+    CHECKPOINTS,
+    append_jsonl,
+    export_adapter,
+    latest_checkpoint,
+    load_checkpoint,
+    read_metrics,
+    read_sidecar,
+    save_checkpoint,
+    write_metrics,
 )
 from training.rl_rollouts import collect_rollouts, rollout_metrics
 from training.rollout_engine import RolloutEngine, SyncReport, TransformersRolloutEngine
@@ -56,65 +62,6 @@ LOG = logging.getLogger("searchsmith.training.cispo")
 # Settings that may change when a run is resumed; any other difference is refused.
 RESUMABLE_CHANGES = frozenset({"steps", "epochs", "checkpoint_every", "keep_checkpoints", "rollout_workers",
                                "micro_batch_tokens", "device", "gradient_checkpointing", "save_trajectories"})
-
-
-class CispoConfig(BaseModel):
-    """Run settings; stored in every checkpoint's sidecar.
-
-    `lora_dropout` must be 0: the policy that computes the importance ratio has no dropout (see
-    `load_trainable_model`); the field stays so older sidecars and customer files still validate.
-    `reward_k`: the output size the reward scores, the benchmark's k (`benchmark.k` of the
-    customer file, 5 by default), not the harness's `max_output_docs` (10): RL must optimize the
-    figure the benchmark and the promotion gate report.
-    """
-
-    group_size: int = Field(8, ge=2)
-    tasks_per_step: int = Field(4, ge=1)  # Context-1: 128 queries x 8 rollouts
-    steps: int | None = Field(None, ge=1)  # None: `epochs` passes over the tasks
-    epochs: float = Field(5.0, gt=0)
-    substeps: int = Field(4, ge=1)  # optimizer steps per rollout batch
-    passes: int = Field(1, ge=1)  # passes over the rollout batch (each split into `substeps`)
-    learning_rate: float = Field(5e-5, gt=0)
-    warmup_steps: int = Field(0, ge=0)  # optimizer steps of linear warmup
-    weight_decay: float = 0.0
-    eps_low: float = Field(1.0, ge=0)  # >= 1: no lower bound on the IS weight (MiniMax)
-    eps_high: float = Field(4.0, ge=0)  # weight capped at 1 + eps_high = 5 (ScaleRL's eps_max, TRL's default advice)
-    max_grad_norm: float = Field(1.0, gt=0)
-    abort_loss: float = Field(1e3, gt=0)
-    abort_grad_norm: float = Field(1e5, gt=0)
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(512, ge=1)
-    lora_r: int = Field(16, ge=1)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)  # must be 0 (validator below)
-    lora_target_modules: str | list[str] = "all-linear"
-    micro_batch_tokens: int = Field(16_384, ge=1)
-    merge_turns: bool = True
-    gradient_checkpointing: bool = False
-    curriculum: bool = True
-    curriculum_floor: float = Field(0.1, ge=0)
-    beta_start: float = 4.0
-    beta_end: float = 2.0
-    reward_eps: float = DEFAULT_EPS
-    reward_k: int = Field(DEFAULT_REWARD_K, ge=1)  # output size the reward scores: the benchmark's k
-    granularity: Literal["document", "fact"] = "document"
-    harness: dict[str, Any] = Field(default_factory=dict)  # overrides of HarnessConfig.for_training
-    max_rollout_retries: int = Field(2, ge=0)
-    rollout_workers: int = Field(8, ge=1)
-    checkpoint_every: int = Field(10, ge=1)
-    save_trajectories: bool = False  # every rollout, whole, under trajectories/step-N.jsonl
-    keep_checkpoints: int | None = None
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str | None = None  # default float32 on CPU, bfloat16 elsewhere
-
-    @field_validator("lora_dropout")
-    @classmethod
-    def _no_dropout(cls, value: float) -> float:
-        if value != 0:
-            raise ValueError(f"lora_dropout={value}: CISPO trains without dropout (the importance ratio pi/pi_old "
-                             "must be 1 on the sampler's own weights; sampling runs without dropout); use 0")
-        return value
 
 
 @dataclass
@@ -151,8 +98,9 @@ def load_trainable_model(base_model: str | Path, init_adapter: str | Path | None
     from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from retrieval.policies.model_family import lora_targets, prepare_tokenizer, profile_for
-    from retrieval.policies.transformers_policy import resolve_model_dir
+    from agent.policies.model_family import load_options, lora_targets, prepare_tokenizer
+    from agent.policies.transformers_policy import resolve_model_dir
+    from core.base_models import profile_for
 
     path = resolve_model_dir(base_model)
     dtype = config.dtype or ("float32" if config.device == "cpu" else "bfloat16")
@@ -160,7 +108,7 @@ def load_trainable_model(base_model: str | Path, init_adapter: str | Path | None
     profile = profile_for(path)
     model_config = zero_dropout_config(AutoConfig.from_pretrained(str(path)))
     model = AutoModelForCausalLM.from_pretrained(str(path), config=model_config, dtype=getattr(torch, dtype),
-                                                 **(profile.load_options() if profile is not None else {}))
+                                                 **load_options(profile))
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()

@@ -33,117 +33,44 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from corpus.storage import ArtifactStore
-from retrieval.backend import SearchBackend
-from retrieval.customer_index import pull_folder, push_folder
-from retrieval.policy_base import Policy
-from retrieval.trajectory import Trajectory
-from training.cispo_trainer import CispoConfig
-from training.sft_settings import LoraSettings, SFTSettings, TeacherSettings
+from agent.harness import HarnessConfig
+from agent.policy_base import Policy
+from agent.trajectory import Trajectory
+from core.base_models import profile_for
+from core.layout import (
+    CHECKPOINT_STAGES,
+    adapter_prefix,
+    checkpoint_manifest_key,
+    kept_trajectories_key,
+    models_dir,
+    sft_dataset_prefix,
+    teacher_rollouts_prefix,
+)
+from core.storage import ArtifactStore, pull_folder, push_folder
+from core.training_settings import CispoConfig, TeacherSettings, TrainingSettings
+from search.backend import SearchBackend
 
 LOG = logging.getLogger(__name__)
 
-STAGES = ("sft", "cispo")
+
+def base_profile(settings: TrainingSettings) -> Any:
+    """The base model's `BaseModelProfile` (None when its folder is not on this machine)."""
+    return profile_for(settings.base_model)
 
 
-class RLSettings(CispoConfig):
-    """The customer file's `training.rl` section: `CispoConfig` fields plus task selection.
-    The LoRA shape of a fresh adapter comes from `training.lora`; when an SFT adapter exists,
-    RL continues it (its shape is fixed)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_tasks: int | None = Field(None, ge=1, description="cap on train tasks (demo runs)")
-    from_sft: bool = True  # start from the SFT adapter when one exists
+def student_harness(settings: TrainingSettings) -> HarnessConfig:
+    """The student's profile (teacher rollouts run it in the full view when it is compact)."""
+    return HarnessConfig.for_training(**settings.harness)
 
 
-class TrainingSettings(BaseModel):
-    """The customer file's `training:` section."""
+def student_policy(settings: TrainingSettings) -> Policy:
+    """The base model as a policy: the student's tokenizer, window and chat template."""
+    from agent.policies import load_policy
 
-    model_config = ConfigDict(extra="forbid")
-
-    base_model: str = "smollm2"  # `smollm2`, a local model folder; never downloaded at run time
-    teacher: TeacherSettings = Field(default_factory=TeacherSettings)
-    lora: LoraSettings = Field(default_factory=LoraSettings)
-    sft: SFTSettings = Field(default_factory=SFTSettings)
-    rl: RLSettings = Field(default_factory=RLSettings)
-    # HarnessConfig overrides for teacher and RL rollouts (the student's budget: a small model's
-    # context); `rl.harness` adds to these for RL alone.
-    harness: dict = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _fits_base_model(self) -> TrainingSettings:
-        """The base model's family decides the chat format, LoRA targets and loading options
-        (`model_family`); only a setting that cannot work with it is refused here, when the
-        model's folder is on this machine (a machine without it validates the rest)."""
-        from retrieval.policies.model_family import profile_for
-
-        profile = profile_for(self.base_model)
-        forced = profile.lora_dropout if profile is not None else None
-        if (forced is not None and "dropout" in self.lora.model_fields_set and self.lora.dropout != forced
-                and "target_modules" not in self.lora.model_fields_set):
-            raise ValueError(f"training.lora.dropout {self.lora.dropout}: a {profile.family} base model trains LoRA on "
-                             f"its fused experts through peft's parameter targeting, which has no dropout; use "
-                             f"{forced} or leave it unset")
-        return self
-
-    def base_profile(self) -> Any:
-        """The base model's `BaseModelProfile` (None when its folder is not on this machine)."""
-        from retrieval.policies.model_family import profile_for
-
-        return profile_for(self.base_model)
-
-    def harness_config(self) -> Any:
-        """The student's profile (teacher rollouts run it in the full view when it is compact)."""
-        from retrieval.harness import HarnessConfig
-
-        return HarnessConfig.for_training(**self.harness)
-
-    def student_policy(self) -> Policy:
-        """The base model as a policy: the student's tokenizer, window and chat template."""
-        from retrieval.policies import load_policy
-
-        return load_policy(f"transformers:{self.base_model}")
+    return load_policy(f"transformers:{settings.base_model}")
 
 
-def training_settings(config: Any) -> TrainingSettings:
-    """`TrainingSettings` from a `CustomerConfig` (its `training:` extra section; defaults when absent)."""
-    raw = (config.model_extra or {}).get("training") or {}
-    try:
-        return TrainingSettings.model_validate(raw)
-    except ValueError as error:
-        raise ValueError(f"customer {config.name!r}: invalid `training:` section: {error}") from None
-
-
-# ---- keys and folders ---------------------------------------------------------------------------
-
-
-def training_prefix(customer: str) -> str:
-    return f"{customer}/training"
-
-
-def kept_key(customer: str) -> str:
-    return f"{training_prefix(customer)}/sft_trajectories.jsonl"
-
-
-def dataset_prefix(customer: str) -> str:
-    return f"{training_prefix(customer)}/sft_dataset/"
-
-
-def manifest_key(customer: str, stage: str) -> str:
-    if stage not in STAGES:
-        raise ValueError(f"unknown training stage {stage!r}; use one of {STAGES}")
-    return f"{customer}/checkpoints/{stage}.json"
-
-
-def adapter_prefix(customer: str, stage: str, run_id: str) -> str:
-    return f"{customer}/checkpoints/{stage}/{run_id}/"
-
-
-def models_dir(home: Path, customer: str, stage: str, run_id: str) -> Path:
-    return home / "models" / customer / stage / run_id
+# ---- run identity and manifests ---------------------------------------------------------------
 
 
 def run_identity(*parts: Any) -> str:
@@ -190,14 +117,14 @@ class CheckpointManifest:
 
 
 def read_manifest(store: ArtifactStore, customer: str, stage: str) -> CheckpointManifest | None:
-    key = manifest_key(customer, stage)
+    key = checkpoint_manifest_key(customer, stage)
     if not store.exists(key):
         return None
     return CheckpointManifest.from_dict(json.loads(store.read_text(key)))
 
 
 def write_manifest(store: ArtifactStore, manifest: CheckpointManifest) -> None:
-    store.write_text(manifest_key(manifest.customer, manifest.stage), json.dumps(manifest.to_dict(), indent=2, default=str))
+    store.write_text(checkpoint_manifest_key(manifest.customer, manifest.stage), json.dumps(manifest.to_dict(), indent=2, default=str))
 
 
 def _adapter_complete(folder: Path) -> bool:
@@ -217,7 +144,7 @@ def local_adapter(store: ArtifactStore, manifest: CheckpointManifest) -> Path:
 def checkpoint_policies(store: ArtifactStore, customer: str) -> list[str]:
     """`transformers:ADAPTER` specs of every stage that has produced a checkpoint, SFT first."""
     specs = []
-    for stage in STAGES:
+    for stage in CHECKPOINT_STAGES:
         manifest = read_manifest(store, customer, stage)
         if manifest is not None:
             specs.append(f"transformers:{local_adapter(store, manifest)}")
@@ -248,7 +175,7 @@ def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None 
     `auto` uses it when configured and the offline heuristic otherwise; any other value is a
     `load_policy` spec. `max_docs` (the profile's answer size) bounds the heuristic's answers: a
     model reads the limit in its prompt, the script is told it, so no answer runs past it."""
-    from retrieval.policies import load_policy
+    from agent.policies import load_policy
 
     spec = settings.policy
     scripted = {"max_docs": max_docs} if max_docs is not None else {}
@@ -294,7 +221,7 @@ def collect_sft_trajectories(
         teacher_harness = harness.model_copy(update={"view": "full"})
     rollouts = collect_teacher_trajectories(
         bench_tasks, backend, policy, teacher_harness, k_rollouts=settings.k_rollouts, workers=settings.workers, store=store,
-        prefix=f"{training_prefix(customer)}/teacher_rollouts", seed=settings.seed, max_attempts=settings.max_attempts,
+        prefix=teacher_rollouts_prefix(customer), seed=settings.seed, max_attempts=settings.max_attempts,
         progress=progress,
     )
     golds = {task.task_id: task.gold for task in bench_tasks}
@@ -307,12 +234,12 @@ def collect_sft_trajectories(
         from training.student_view import render_in_student_view
 
         kept = render_in_student_view(result.kept, backend, student, harness)
-    store.write_text(kept_key(customer), "".join(t.model_dump_json() + "\n" for t in kept))
+    store.write_text(kept_trajectories_key(customer), "".join(t.model_dump_json() + "\n" for t in kept))
     dataset_dir = work_dir / "sft_dataset"
     kept_dataset(result).save_to_disk(str(dataset_dir))
-    for stale in list(store.list(dataset_prefix(customer))):
+    for stale in list(store.list(sft_dataset_prefix(customer))):
         store.delete(stale)
-    push_folder(store, dataset_dir, dataset_prefix(customer))
+    push_folder(store, dataset_dir, sft_dataset_prefix(customer))
     histogram = plot_recall_histograms(result.recall_before, result.recall_after, work_dir / "recall_histogram.png")
     metadata = {"teacher": policy.name, "tasks": len(bench_tasks), **rollouts.metadata(), "filter": result.metadata(),
                 "student_view": harness.view if harness is not None else "full"}
@@ -320,7 +247,7 @@ def collect_sft_trajectories(
 
 
 def load_kept_trajectories(store: ArtifactStore, customer: str) -> list[Trajectory]:
-    key = kept_key(customer)
+    key = kept_trajectories_key(customer)
     if not store.exists(key):
         raise FileNotFoundError(f"no SFT trajectories for {customer!r}: materialize sft_trajectories first")
     return [Trajectory.model_validate_json(line) for line in store.read_text(key).splitlines() if line.strip()]
@@ -342,7 +269,7 @@ def train_sft_checkpoint(
         return reusable, []
     out = models_dir(home, customer, "sft", run_id)
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
-                     lineage={"customer": customer, "run_id": run_id}, harness_profile=settings.harness_config().profile())
+                     lineage={"customer": customer, "run_id": run_id}, harness_profile=student_harness(settings).profile())
     manifest = _publish(store, CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()),
                                                   adapter_prefix(customer, "sft", run_id), result.base_model, result.steps,
                                                   result.metrics, lineage={"trajectories": len(trajectories)}))
@@ -386,8 +313,7 @@ def rl_config(settings: TrainingSettings, has_init_adapter: bool, benchmark_k: i
     values = rl.model_dump(exclude={"max_tasks", "from_sft"})
     values["harness"] = {**settings.harness, **rl.harness}
     if not has_init_adapter:
-        from retrieval.policies.model_family import profile_for
-        from training.sft_settings import lora_shape
+        from training.lora_shape import lora_shape
 
         targets, _dropout = lora_shape(settings.lora, profile_for(settings.base_model))  # CISPO has no dropout
         values.update(lora_r=settings.lora.rank, lora_alpha=settings.lora.alpha, lora_target_modules=targets)

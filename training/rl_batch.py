@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from retrieval.trajectory import Trajectory, Turn
+from agent.trajectory import Trajectory, Turn
 
 
 class MissingLogprobs(ValueError):
@@ -93,7 +93,7 @@ def turn_prompt_ids(tokenizer: Any, trajectory: Trajectory, turn: Turn) -> list[
     """Token ids of the prompt the model continued at this turn: the SFT samples' per-turn prompt
     (`sft_samples.turn_chat`: the recorded view, no tools on the forced final turn) rendered with
     the generation prompt, exactly as the `transformers` policy rendered it when sampling."""
-    from retrieval.policies.transformers_policy import template_messages
+    from agent.policies.transformers_policy import template_messages
     from training.sft_samples import turn_chat
 
     prompt, _reply, tools = turn_chat(trajectory, turn)

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 from typing import Any
 
+from agent.harness import Harness, HarnessConfig
+from agent.trajectory import Trajectory
+from core.training_settings import DEFAULT_EPS, DEFAULT_REWARD_K
 from evaluation.metrics import Granularity, TaskScore, score_trajectory
-from evaluation.reward import DEFAULT_EPS, DEFAULT_REWARD_K, RewardBreakdown, reward_from_score
-from retrieval.backend import SearchBackend
-from retrieval.harness import Harness, HarnessConfig
-from retrieval.trajectory import Trajectory
+from evaluation.reward import RewardBreakdown, reward_from_score
+from search.backend import SearchBackend
 from training.cispo_loss import group_advantages
 from training.curriculum import RLTask, _mix
 

@@ -28,7 +28,7 @@ LoRA rank, on a filesystem the trainer writes to (the server reads the adapter f
         --max-lora-rank 16 --max-loras 2 --enable-auto-tool-choice --tool-call-parser PARSER \\
         --logprobs-mode processed_logprobs --generation-config vllm
 
-(PARSER from the base model's profile, `retrieval.policies.model_family.profile_for(BASE).tool_call_parser`:
+(PARSER from the base model's profile, `agent.policies.model_family.profile_for(BASE).tool_call_parser`:
 `hermes` for SmolLM2 and Qwen3, `openai` for gpt-oss). Not yet consistent for gpt-oss: vLLM renders
 gpt-oss chat requests with openai-harmony's renderer, not the folder's chat template, so the
 trainer's re-rendered prompts would differ from the sampled ones; gpt-oss rollouts need the
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from retrieval.policy_base import Policy
+from agent.policy_base import Policy
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class TransformersRolloutEngine:
                  seed: int = 0, name: str = "cispo:transformers"):
         if temperature <= 0:
             raise ValueError("RL rollouts sample: temperature must be > 0")
-        from retrieval.policies.transformers_policy import TransformersPolicy
+        from agent.policies.transformers_policy import TransformersPolicy
 
         self.name = name
         self._policy = TransformersPolicy.from_loaded(
@@ -184,7 +184,7 @@ class VLLMRolloutEngine:
 
     # ---- the engine interface -----------------------------------------------------------------
     def policy(self) -> Policy:
-        from retrieval.policies.openai_policy import OpenAIPolicy
+        from agent.policies.openai_policy import OpenAIPolicy
 
         return OpenAIPolicy(
             self.base_url, self.current or self.served_model, api_key_env=self.api_key_env, timeout=self.timeout,

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retrieval.trajectory import Trajectory
+from agent.trajectory import Trajectory
+from core.training_settings import LoraSettings, SFTSettings
 from training.sft_samples import SampleSet, build_samples
-from training.sft_settings import LoraSettings, SFTSettings
 
 SIDECAR = "searchsmith_adapter.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -76,7 +76,7 @@ def data_lineage(trajectories: Sequence[Trajectory], **extra: Any) -> dict[str, 
 
 def resolve_base_model(base_model: str | Path) -> Path:
     """A local model folder; `smollm2` is the cached SmolLM2-135M-Instruct copy (never downloaded)."""
-    from retrieval.policies.transformers_policy import resolve_model_dir
+    from agent.policies.transformers_policy import resolve_model_dir
 
     return resolve_model_dir(base_model)
 
@@ -85,7 +85,7 @@ def load_tokenizer(base_model: str | Path) -> Any:
     """The base model's tokenizer with the chat template its family renders with (`model_family`)."""
     from transformers import AutoTokenizer
 
-    from retrieval.policies.model_family import prepare_tokenizer
+    from agent.policies.model_family import prepare_tokenizer
 
     return prepare_tokenizer(AutoTokenizer.from_pretrained(str(resolve_base_model(base_model))))
 
@@ -156,8 +156,9 @@ def train_sft(
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    from retrieval.policies.model_family import lora_targets, profile_for
-    from training.sft_settings import lora_shape
+    from agent.policies.model_family import load_options, lora_targets
+    from core.base_models import profile_for
+    from training.lora_shape import lora_shape
 
     lora = lora or LoraSettings()
     sft = sft or SFTSettings()
@@ -180,7 +181,7 @@ def train_sft(
             tokenizer.pad_token = tokenizer.eos_token
         profile = profile_for(model_dir)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
-                                                     **(profile.load_options() if profile is not None else {}))
+                                                     **load_options(profile))
         if on_gpu:
             torch.cuda.reset_peak_memory_stats()
         target_names, dropout = lora_shape(lora, profile)
@@ -280,7 +281,7 @@ def run_sft(
 
 
 def _recorded_profile(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
-    from retrieval.harness import HarnessConfig
+    from agent.harness import HarnessConfig
 
     if not trajectories:
         return {}

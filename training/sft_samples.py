@@ -38,9 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval.policies.transformers_policy import template_messages
-from retrieval.policy_base import Message
-from retrieval.trajectory import Trajectory, Turn
+from agent.policies.transformers_policy import template_messages
+from agent.policy_base import Message
+from agent.trajectory import Trajectory, Turn
 
 IGNORE_INDEX = -100
 # End-of-turn markers of the chat formats we know (ChatML, Llama 3, gpt-oss harmony).

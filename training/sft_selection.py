@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.trajectory import Trajectory
 from evaluation.metrics import Gold, TaskScore, score_trajectory
 from evaluation.sft_filter import EXPLORED_GAP, Candidate, Decision, select_for_sft
-from retrieval.trajectory import Trajectory
 
 RECALL_KEYS = ("trajectory_recall", "output_recall")
 

@@ -23,13 +23,13 @@ from collections import defaultdict, deque
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from retrieval.answer import format_final_answer
-from retrieval.backend import Hit, SearchBackend
-from retrieval.compact_view import format_reference_answer
-from retrieval.harness import Harness, HarnessConfig
-from retrieval.policy_base import Message, Policy, PolicyStep, TokenCounter, ToolCall
-from retrieval.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS
-from retrieval.trajectory import Trajectory
+from agent.compact_view import format_reference_answer
+from agent.final_answer import format_final_answer
+from agent.harness import Harness, HarnessConfig
+from agent.policy_base import Message, Policy, PolicyStep, TokenCounter, ToolCall
+from agent.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS
+from agent.trajectory import Trajectory
+from search.backend import Hit, SearchBackend
 
 
 class ReplayBackend:

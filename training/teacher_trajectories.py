@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corpus.progress import Progress
-from corpus.storage import ArtifactNotFound, ArtifactStore, LocalArtifactStore
-from retrieval.backend import SearchBackend
-from retrieval.harness import Harness, HarnessConfig
-from retrieval.policy_base import Policy
-from retrieval.trajectory import Trajectory
+from agent.harness import Harness, HarnessConfig
+from agent.policy_base import Policy
+from agent.trajectory import Trajectory
+from core.progress import Progress
+from core.storage import ArtifactNotFound, ArtifactStore, LocalArtifactStore
+from search.backend import SearchBackend
 
 STORE_FORMAT = "1"
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corpus.config import CustomerConfig, GitHubSource, LocalSource, S3Source, WebSource
+from core.config import CustomerConfig, GitHubSource, LocalSource, S3Source, WebSource
 from corpus.sources.base import Connector
 
 

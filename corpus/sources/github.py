@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Iterator, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from corpus.config import GitHubSource
+from core.config import GitHubSource
 from corpus.sources.base import Failed, Fetched, PreviousItem, ScanEvent, SourceError, Unchanged, glob_match
 
 log = logging.getLogger(__name__)

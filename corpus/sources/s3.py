@@ -27,7 +27,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
 
-from corpus.config import S3Source
+from core.config import S3Source
 from corpus.sources.base import Failed, Fetched, PreviousItem, ScanEvent, SourceError, Unchanged, glob_match
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ from urllib.robotparser import RobotFileParser
 import httpcore
 import httpx
 
-from corpus.config import WebSource
+from core.config import WebSource
 from corpus.sources.base import Failed, Fetched, PreviousItem, ScanEvent, SourceError, Unchanged, content_version
 
 log = logging.getLogger(__name__)

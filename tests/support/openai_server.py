@@ -11,7 +11,7 @@ vllm | transformers):
   ignores `tool_choice` / `parallel_tool_calls`; tool calls are parsed by the
   `response_template` that `ensure_smollm2` writes into the tokenizer.
 
-The model folder is the safetensors copy `retrieval.small_model.ensure_smollm2` makes (our
+The model folder is the safetensors copy `agent.small_model.ensure_smollm2` makes (our
 tool-aware chat template included). The server runs in its own session so teardown kills the
 whole group (vLLM forks an engine process); readiness is a bounded poll of `GET /v1/models`.
 When no backend can start, `pytest.skip` says why (with the log tail).

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Collection
 
-from retrieval.backend import Hit
+from search.backend import Hit
 
 TINY_DOCS: dict[str, tuple[str, list[str]]] = {
     "lighthouse": ("Alpha Lighthouse", [
@@ -39,7 +39,7 @@ _WORD = re.compile(r"\w+")
 
 def tiny_vocab_texts() -> list[str]:
     """Texts the tiny tokenizer is trained on: prompts, tool schemas and the tiny documents."""
-    from retrieval.prompts import FORCE_FINAL, SOFT_HINT, SYSTEM_PROMPT, USAGE_LINE, tool_schemas
+    from agent.prompts import FORCE_FINAL, SOFT_HINT, SYSTEM_PROMPT, USAGE_LINE, tool_schemas
 
     docs = [text for _, texts in TINY_DOCS.values() for text in texts]
     return [SYSTEM_PROMPT, FORCE_FINAL, SOFT_HINT, USAGE_LINE, json.dumps(tool_schemas()), *docs]
@@ -48,7 +48,7 @@ def tiny_vocab_texts() -> list[str]:
 def tiny_model_dir(tmp_path_factory, seed: int = 0) -> Path:
     """A tiny random model folder, built once per session and seed (treat it as read-only)."""
     if seed not in _BUILT:
-        from retrieval.small_model import build_tiny_model
+        from agent.small_model import build_tiny_model
 
         folder = tmp_path_factory.mktemp(f"tiny-model-{seed}") / "model"
         _BUILT[seed] = build_tiny_model(folder, tiny_vocab_texts(), seed=seed)

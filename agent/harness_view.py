@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from retrieval.policy_base import Message, TokenCounter, ToolCall
+from agent.policy_base import Message, TokenCounter, ToolCall
 
 MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators a chat template adds per message
 

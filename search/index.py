@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from corpus.progress import Progress
-from retrieval.backend import Hit
-from retrieval.bm25 import BM25Index, ids_fingerprint
-from retrieval.embeddings import TextEmbedder
-from retrieval.fusion import RRF_K, rrf
+from core.progress import Progress
+from search.backend import Hit
+from search.bm25 import BM25Index, ids_fingerprint
+from search.embeddings import TextEmbedder
+from search.fusion import RRF_K, rrf
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ def _chunk_local(pattern: str) -> bool:
 
 
 class HybridIndex:
-    """A customer's hybrid index; implements `retrieval.backend.SearchBackend`.
+    """A customer's hybrid index; implements `search.backend.SearchBackend`.
 
     `build_or_update(chunks)` makes the collection match the chunk table (embedding only new
     ids); `load(chunks)` attaches to an existing collection for search without embedding.

@@ -21,22 +21,29 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
-
-from retrieval.answer import parse_final_answer
-from retrieval.backend import SearchBackend
-from retrieval.compact_view import parse_reference_answer, pruned_reference_marker
-from retrieval.harness_view import MESSAGE_OVERHEAD_TOKENS, View, pruned_marker
-from retrieval.policy_base import EpisodePolicy, Policy, PolicyStep, TokenCounter, ToolCall
-from retrieval.prompts import (
-    COMPACT_FORCE_FINAL, COMPACT_MALFORMED_REPLY, FORCE_FINAL, HARD_CUTOFF_ERROR, MALFORMED_REPLY, PRUNE_CHUNKS,
-    SOFT_HINT, USAGE_LINE, prompt_version, system_prompt, tool_schemas,
+from agent.compact_view import parse_reference_answer, pruned_reference_marker
+from agent.final_answer import parse_final_answer
+from agent.harness_view import MESSAGE_OVERHEAD_TOKENS, View, pruned_marker
+from agent.policy_base import EpisodePolicy, Policy, PolicyStep, TokenCounter, ToolCall
+from agent.prompts import (
+    COMPACT_FORCE_FINAL,
+    COMPACT_MALFORMED_REPLY,
+    FORCE_FINAL,
+    HARD_CUTOFF_ERROR,
+    MALFORMED_REPLY,
+    PRUNE_CHUNKS,
+    SOFT_HINT,
+    USAGE_LINE,
+    prompt_version,
+    system_prompt,
+    tool_schemas,
 )
-from retrieval.tools import EpisodeState, Fetched, Outcome, Toolbox, argument_error, content_terms
-from retrieval.trajectory import RankedDocument, Trajectory, Turn
-
+from agent.tools import EpisodeState, Fetched, Outcome, Toolbox, argument_error, content_terms
+from agent.trajectory import RankedDocument, Trajectory, Turn
+from core.harness_settings import HarnessSettings
+from search.backend import SearchBackend
 
 LOG = logging.getLogger(__name__)
 
@@ -59,36 +66,9 @@ class ProfileError(ValueError):
     """A harness profile that cannot run with this policy (it does not fit the model's window)."""
 
 
-class HarnessConfig(BaseModel):
-    """Episode settings; a snapshot is stored in every trajectory."""
-
-    view: Literal["full", "compact"] = "full"  # compact: [n] references and short chunks, for small models
-    token_budget: int = Field(32_768, gt=0)
-    soft_threshold: float = Field(0.5, gt=0.0, lt=1.0)  # fraction of the budget
-    soft_hint: bool = False  # on for training rollouts, off for evaluation and serving
-    hard_cutoff: float = 0.85  # fraction of the budget in [0.5, 1.0]
-    search_budget_tokens: int = Field(2_048, gt=0)  # per search call: T/S = 16 full searches
-    search_candidates: int = Field(50, gt=0)  # fused candidates fetched before dedup and cuts
-    grep_limit: int = Field(5, gt=0)
-    max_pattern_chars: int = Field(256, gt=0)
-    response_reserve_tokens: int = Field(1_024, ge=0)  # kept free for the model's next reply
-    max_turns: int = Field(32, gt=0)
-    max_output_docs: int = Field(10, gt=0)
-    parallel_tool_workers: int = Field(8, gt=0)
-    max_malformed_replies: int = Field(2, ge=0)  # consecutive unparseable replies before giving up
-    raise_policy_errors: bool = False
-    raise_tool_errors: bool = False
-    record_view_messages: bool = True
-
-    @model_validator(mode="after")
-    def _check(self) -> HarnessConfig:
-        if not 0.5 <= self.hard_cutoff <= 1.0:
-            raise ValueError(f"hard_cutoff must be within [0.5, 1.0] of the budget, got {self.hard_cutoff}")
-        if self.soft_threshold > self.hard_cutoff:
-            raise ValueError("soft_threshold must not be past the hard cutoff")
-        if self.response_reserve_tokens >= self.token_budget:
-            raise ValueError("response_reserve_tokens must be smaller than token_budget")
-        return self
+class HarnessConfig(HarnessSettings):
+    """The harness's settings (`core.harness_settings`) with what running them needs: the prompt
+    version a view renders, a checkpoint's profile, the window check."""
 
     @property
     def hard_cutoff_tokens(self) -> int:
@@ -387,7 +367,7 @@ class Harness:
 
 def merge_rankings(trajectories: list[Trajectory], *, k: int = 60, limit: int = 10) -> tuple[list[RankedDocument], dict[str, float]]:
     """Fuse the final rankings of several rollouts; each document keeps its best-ranked entry."""
-    from retrieval.fusion import rrf
+    from search.fusion import rrf
 
     fused = rrf([t.output_doc_ids() for t in trajectories], k=k)
     best: dict[str, tuple[int, RankedDocument]] = {}

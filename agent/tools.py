@@ -14,18 +14,16 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from retrieval.answer import format_id
-from retrieval.backend import Hit, SearchBackend
-from retrieval.compact_view import References, render_compact_chunk
-from retrieval.harness_view import ChunkPart, Part, View
-from retrieval.policy_base import TokenCounter, ToolCall
-from retrieval.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS, TOOL_NAMES
-from retrieval.trajectory import ToolCallRecord
-
-if TYPE_CHECKING:
-    from retrieval.harness import HarnessConfig
+from agent.compact_view import References, render_compact_chunk
+from agent.final_answer import format_id
+from agent.harness_view import ChunkPart, Part, View
+from agent.policy_base import TokenCounter, ToolCall
+from agent.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS, TOOL_NAMES
+from agent.trajectory import ToolCallRecord
+from core.harness_settings import HarnessSettings
+from search.backend import Hit, SearchBackend
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[a-z]+)?")
 STOPWORDS = frozenset(
@@ -136,7 +134,7 @@ def prune_ids(arguments: dict[str, Any]) -> list[str]:
 class Toolbox:
     """Runs tool calls against one backend with one tokenizer; shared by an episode's turns."""
 
-    def __init__(self, backend: SearchBackend, counter: TokenCounter, config: HarnessConfig):
+    def __init__(self, backend: SearchBackend, counter: TokenCounter, config: HarnessSettings):
         self.backend = backend
         self.counter = counter
         self.config = config

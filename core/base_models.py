@@ -1,5 +1,9 @@
 """Base-model profiles: what a model family needs from every stage, chosen from its config.json.
 
+In core because the customer file names a base model and must be refused when a setting
+cannot work with its family (`core.training_settings`), before any stage runs; the helpers that
+work on a loaded tokenizer or model are in `agent.policies.model_family`.
+
 Why one table: the chat format (how prompts are rendered and replies parsed), the vLLM tool-call
 parser, the LoRA targets, the loading options and the context window all follow from the
 model's family, and each was once a default written for Llama (Hermes `<tool_call>` blocks,
@@ -36,9 +40,6 @@ GPT_OSS_EXPERT_PARAMETERS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"
 GPT_OSS_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", *GPT_OSS_EXPERT_PARAMETERS)
 LLAMA3_VOCAB = 128256
 
-TEMPLATE_DIR = Path(__file__).parent / "templates"
-TEMPLATES = {"chatml": "chatml_tools.jinja", "harmony": "harmony_tools.jinja"}
-
 
 @dataclass(frozen=True)
 class BaseModelProfile:
@@ -52,18 +53,6 @@ class BaseModelProfile:
     context_window: int | None = None
     stop_tokens: tuple[str, ...] = ()  # tokens that end an assistant turn
     lora_dropout: float | None = None  # forced value (parameter targeting has no dropout); None: the settings'
-
-    @property
-    def template_file(self) -> Path:
-        return TEMPLATE_DIR / TEMPLATES[self.chat_format]
-
-    def load_options(self) -> dict[str, Any]:
-        """Keyword arguments for `AutoModelForCausalLM.from_pretrained` beyond dtype."""
-        if not self.dequantize_mxfp4:
-            return {}
-        from transformers import Mxfp4Config
-
-        return {"quantization_config": Mxfp4Config(dequantize=True)}
 
     def to_dict(self) -> dict[str, Any]:
         return {"family": self.family, "chat_format": self.chat_format, "tool_call_parser": self.tool_call_parser,
@@ -111,48 +100,3 @@ def profile_for(model: str | Path) -> BaseModelProfile | None:
     config = read_model_config(text)
     return profile_from_config(config) if config is not None else None
 
-
-def chat_format_of(tokenizer: Any, model_config: Any = None) -> str:
-    """`harmony` for a gpt-oss model or a tokenizer carrying harmony's control tokens, else `chatml`."""
-    if str(getattr(model_config, "model_type", "") or "") == "gpt_oss":
-        return "harmony"
-    vocab = tokenizer.get_vocab()
-    return "harmony" if "<|channel|>" in vocab and "<|call|>" in vocab else "chatml"
-
-
-def prepare_tokenizer(tokenizer: Any, model_config: Any = None) -> Any:
-    """Give a harmony model's tokenizer our harmony template (a gpt-oss folder ships OpenAI's, which
-    renders one tool call per turn and today's date); other tokenizers are returned untouched."""
-    if chat_format_of(tokenizer, model_config) != "harmony":
-        return tokenizer
-    ours = (TEMPLATE_DIR / TEMPLATES["harmony"]).read_text(encoding="utf-8")
-    current = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
-    if not current.endswith(ours):  # ours, possibly behind a `set default_reasoning_effort` line
-        tokenizer.chat_template = ours
-    return tokenizer
-
-
-def lora_targets(names: Any, model: Any) -> dict[str, Any]:
-    """`target_modules` and `target_parameters` for peft's `LoraConfig` from one list of names.
-
-    A name is a parameter target when the model has a parameter whose dotted name ends with it
-    and no module does (gpt-oss's fused experts are `nn.Parameter`s, not `nn.Linear`s); a string
-    (e.g. `all-linear`) stays a module spec."""
-    if isinstance(names, str):
-        return {"target_modules": names}
-    modules = [n for n, _ in model.named_modules()]
-    parameters = [n for n, _ in model.named_parameters()]
-
-    def ends(full: str, name: str) -> bool:
-        return full == name or full.endswith("." + name)
-
-    target_modules, target_parameters = [], []
-    for name in names:
-        if not any(ends(m, name) for m in modules) and any(ends(p, name) for p in parameters):
-            target_parameters.append(name)
-        else:
-            target_modules.append(name)
-    out: dict[str, Any] = {"target_modules": target_modules}
-    if target_parameters:
-        out["target_parameters"] = target_parameters
-    return out

@@ -9,51 +9,21 @@ same sparse leg without rebuilding it.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from corpus.config import EmbeddingConfig
-from corpus.stage import chunks_key
-from corpus.storage import ArtifactStore
-from retrieval.embeddings import TextEmbedder, make_embedder
-from retrieval.index import HybridIndex, IndexStats
+from core.config import EmbeddingConfig
+from core.layout import bm25_prefix, chunks_key
+from core.storage import ArtifactStore, pull_folder, push_folder
+from search.embeddings import TextEmbedder, make_embedder
+from search.index import HybridIndex, IndexStats
 
 
 def embedder_for(settings: EmbeddingConfig) -> TextEmbedder:
     """The customer's embedding model (loaded once per process by the embeddings module)."""
     return make_embedder(settings.model, base_url=settings.base_url, api_key_env=settings.api_key_env, batch_size=settings.batch_size)
-
-
-def bm25_prefix(customer: str) -> str:
-    return f"{customer}/index/bm25/"
-
-
-def push_folder(store: ArtifactStore, folder: Path, prefix: str) -> int:
-    count = 0
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            store.write_bytes(prefix + path.relative_to(folder).as_posix(), path.read_bytes())
-            count += 1
-    return count
-
-
-def pull_folder(store: ArtifactStore, prefix: str, folder: Path) -> int:
-    """Replace `folder` with the store's copy (if any); returns how many files came down."""
-    keys = list(store.list(prefix))
-    if not keys:
-        return 0
-    staging = folder.with_name(folder.name + ".pull")
-    shutil.rmtree(staging, ignore_errors=True)
-    for key in keys:
-        target = staging / key[len(prefix) :]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(store.read_bytes(key))
-    shutil.rmtree(folder, ignore_errors=True)
-    staging.rename(folder)
-    return len(keys)
 
 
 @dataclass(frozen=True)

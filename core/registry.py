@@ -1,13 +1,9 @@
 """Where customer files are found: the `customers/` folder plus files registered by `customers add`.
 
 Registered files are remembered by absolute path (not copied), so relative source paths keep
-resolving against the folder the customer file lives in.
-
-`load_customer` validates what corpus/ knows (the top level, sources, chunking, limits); the
-stage sections (`tasks`, `benchmark`, `training`, `serving`) belong to packages corpus/ may not
-import, so a registry takes a `check` that validates the rest: orchestration builds every
-registry with `orchestration.customer_files.check_stage_sections`, and a file it rejects is an
-invalid entry like any other.
+resolving against the folder the customer file lives in. Each file is validated whole when it
+is loaded (`core.config`), and a file that fails is an invalid entry, never the end of every
+other customer.
 """
 
 from __future__ import annotations
@@ -17,9 +13,8 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from corpus.config import CustomerConfig, CustomerConfigError, load_customer
+from core.config import CustomerConfig, CustomerConfigError, load_customer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,22 +37,15 @@ class RegistryProblem:
     reason: str
 
 
-CustomerCheck = Callable[[CustomerConfig, Path], None]  # raises CustomerConfigError naming the file
-
-
 class CustomerRegistry:
-    def __init__(self, home: Path | None = None, folder: Path | None = None, check: CustomerCheck | None = None):
+    def __init__(self, home: Path | None = None, folder: Path | None = None):
         self.home = home or searchsmith_home()
         self.folder = folder or customers_dir()
         self.index_path = self.home / "customers.json"
-        self.check = check
 
     def load(self, path: Path) -> CustomerConfig:
-        """One customer file, validated by corpus/ and then by `check` (the stage sections)."""
-        config = load_customer(path)
-        if self.check is not None:
-            self.check(config, path)
-        return config
+        """One customer file, validated whole."""
+        return load_customer(path)
 
     def _registered(self) -> dict[str, str]:
         if not self.index_path.exists():

@@ -1,4 +1,4 @@
-"""Policies behind one interface (`retrieval.policy_base.Policy`), chosen by a spec string.
+"""Policies behind one interface (`agent.policy_base.Policy`), chosen by a spec string.
 
 Specs (the CLI's `--policy`): `heuristic` (the scripted teacher/baseline), `openai:URL#MODEL`
 and `transformers:PATH`. The model-backed policies live in their own modules and are imported
@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from retrieval.policy_base import Policy
+from agent.policy_base import Policy
 
 # spec prefix -> (module, factory function taking (spec_rest, **options))
 _MODEL_POLICIES: dict[str, tuple[str, str]] = {
-    "openai": ("retrieval.policies.openai_policy", "policy_from_spec"),
-    "transformers": ("retrieval.policies.transformers_policy", "policy_from_spec"),
+    "openai": ("agent.policies.openai_policy", "policy_from_spec"),
+    "transformers": ("agent.policies.transformers_policy", "policy_from_spec"),
 }
 
 
@@ -23,7 +23,7 @@ def load_policy(spec: str, **options: Any) -> Policy:
     """Build the policy named by `spec`; options go to its constructor."""
     spec = spec.strip()
     if spec == "heuristic" or spec.startswith("heuristic:"):
-        from retrieval.policies.heuristic import HeuristicPolicy
+        from agent.policies.heuristic import HeuristicPolicy
 
         return HeuristicPolicy(**options)
     prefix, _, rest = spec.partition(":")
@@ -50,7 +50,7 @@ def checkpoint_profile(spec: str) -> dict[str, Any] | None:
         return None
     from pathlib import Path
 
-    from retrieval.policies.transformers_policy import read_adapter_sidecar
+    from agent.policies.transformers_policy import read_adapter_sidecar
 
     adapter = _adapter_folder(spec)
     if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
@@ -67,7 +67,7 @@ def _adapter_folder(spec: str) -> str:
 def harness_for(spec: str, **overrides: Any):
     """The `HarnessConfig` to run `spec` under: its checkpoint's profile when it has one (what it
     learned to work in), then `overrides` (the caller's k, a benchmark's turn cap)."""
-    from retrieval.harness import HarnessConfig
+    from agent.harness import HarnessConfig
 
     return HarnessConfig.from_profile(checkpoint_profile(spec), **overrides)
 
@@ -91,7 +91,7 @@ def checkpoint_training(spec: str) -> str | None:
     """How much training a checkpoint had, in words, for tables that compare it (None: not ours)."""
     if checkpoint_profile(spec) is None:
         return None
-    from retrieval.policies.transformers_policy import read_adapter_sidecar
+    from agent.policies.transformers_policy import read_adapter_sidecar
 
     sidecar = read_adapter_sidecar(_adapter_folder(spec))
     if sidecar.get("kind") == "sft":

@@ -1,4 +1,4 @@
-"""Customer files: one YAML per customer, validated into typed models.
+"""Customer files: one YAML per customer, validated whole into typed models.
 
 A customer file is the only thing a new customer needs; every stage reads its settings from
 here. Errors name the file, the field and the reason, because the person reading them is
@@ -10,12 +10,17 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Domain = Literal["web", "finance", "legal", "email", "code"]
+from core.benchmark_settings import BenchmarkSettings
+from core.serving_settings import ServingSettings
+from core.task_settings import Domain, TaskGenConfig
+from core.training_settings import TrainingSettings
+
 NAME_PATTERN = re.compile(r"^[a-z0-9-]+$")
 
 
@@ -114,29 +119,10 @@ class CorpusLimits(_Strict):
     resync_retrain_share: float = Field(default=0.2, ge=0, le=1)
 
 
-# Top-level sections that later stages read from `CustomerConfig.model_extra` and validate
-# with their own models when they run (corpus/ may not import them): the stage that reads each.
-STAGE_SECTIONS = {
-    "benchmark": "the benchmark_report asset (evaluation settings)",
-    "training": "training/customer_training.py (SFT and RL settings)",
-    "serving": "serving/deployment.py (promotion gate, vLLM server)",
-    "demo_question": "searchsmith demo (the question asked through the service)",
-}
-
-
-def _unknown_key_message(unknown: list[str], known: list[str]) -> str:
-    """`limitz` -> "unknown top-level key 'limitz' (did you mean 'limits'?)", one clause per key."""
-    parts = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, known, n=1)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    noun = "key" if len(unknown) == 1 else "keys"
-    return f"unknown top-level {noun} {', '.join(parts)}; known keys: {', '.join(sorted(known))}"
-
-
 class CustomerConfig(_Strict):
-    # Later stages keep their own sections (STAGE_SECTIONS) in model_extra; any other key is a typo.
-    model_config = ConfigDict(extra="allow")
+    """The whole customer file. Every section is typed here, so a misspelled key anywhere is an
+    error naming its path when the file is loaded, not hours later when a stage reads it (or
+    never, for a key a stage would have ignored)."""
 
     name: str
     domain: Domain = "web"
@@ -145,8 +131,12 @@ class CustomerConfig(_Strict):
     chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     teacher: TeacherEndpoint | None = None
-    tasks: dict = Field(default_factory=dict)  # synth.generate.TaskGenConfig fields, validated by that stage
+    tasks: TaskGenConfig = Field(default_factory=TaskGenConfig)  # its `domain` defaults to the file's
     limits: CorpusLimits = Field(default_factory=CorpusLimits)
+    benchmark: BenchmarkSettings = Field(default_factory=BenchmarkSettings)
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
+    demo_question: str | None = None  # what `searchsmith demo` asks through the search service
     # Folder that relative paths resolve against: the customer file's folder.
     base_dir: Path = Field(default=Path("."), exclude=True)
 
@@ -164,27 +154,75 @@ class CustomerConfig(_Strict):
             raise ValueError("must be a five-field cron expression, e.g. '0 3 * * *'")
         return value
 
-    @model_validator(mode="after")
-    def _only_known_sections(self) -> "CustomerConfig":
-        """A misspelled section (`limitz:`, `chunkng:`) would otherwise be kept silently and its
-        settings never applied; name it, with the closest known key."""
-        unknown = sorted(set(self.model_extra or {}) - set(STAGE_SECTIONS))
-        if unknown:
-            known = [name for name in type(self).model_fields if name != "base_dir"] + list(STAGE_SECTIONS)
-            raise ValueError(_unknown_key_message(unknown, known))
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _tasks_domain_is_the_files(cls, data: Any) -> Any:
+        """`tasks.domain` is the file's `domain` unless the section sets its own."""
+        if isinstance(data, dict) and "domain" in data and isinstance(data.get("tasks"), dict | None):
+            tasks = data.get("tasks") or {}
+            if "domain" not in tasks:
+                data = {**data, "tasks": {**tasks, "domain": data["domain"]}}
+        return data
+
+    @field_validator("tasks", "benchmark", "training", "serving", mode="before")
+    @classmethod
+    def _empty_section_is_defaults(cls, value: Any) -> Any:
+        """`training:` with nothing under it means the section's defaults."""
+        return {} if value is None else value
 
     def resolve(self, path: str) -> Path:
         candidate = Path(path).expanduser()
         return candidate if candidate.is_absolute() else (self.base_dir / candidate).resolve()
 
 
+def _fields_at(model: Any, loc: tuple) -> list[str]:
+    """The keys allowed where `loc` points, walking nested models, lists and tagged unions (for a
+    "did you mean"); empty when the place is not a model."""
+    candidates = [model]
+    for part in loc:
+        following = []
+        for annotation in candidates:
+            for option in _options(annotation):
+                if isinstance(part, int) and get_origin(option) is list:
+                    following.extend(get_args(option)[:1])
+                elif isinstance(option, type) and issubclass(option, BaseModel):
+                    if part in option.model_fields:
+                        following.append(option.model_fields[part].annotation)
+                    elif _tag(option) == part:  # a discriminated union's member, named by its tag
+                        following.append(option)
+        candidates = following
+    names = [name for c in candidates for o in _options(c) if isinstance(o, type) and issubclass(o, BaseModel) for name in o.model_fields]
+    return [name for name in dict.fromkeys(names) if name != "base_dir"]
+
+
+def _options(annotation: Any) -> list[Any]:
+    """The types an annotation admits: Annotated and unions unwrapped."""
+    if get_origin(annotation) is Annotated:
+        return _options(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return [o for arg in get_args(annotation) for o in _options(arg)]
+    return [annotation]
+
+
+def _tag(model: type[BaseModel]) -> str | None:
+    field = model.model_fields.get("type")
+    values = get_args(field.annotation) if field is not None and get_origin(field.annotation) is Literal else ()
+    return values[0] if len(values) == 1 else None
+
+
+def _error_line(item: dict[str, Any]) -> str:
+    loc = item["loc"]
+    where = ".".join(str(part) for part in loc)
+    if item["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _fields_at(CustomerConfig, loc[:-1]), n=1)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown top-level key {loc[0]!r}{meant}" if len(loc) == 1 else f"{where}: unknown key{meant}"
+    message = item["msg"].removeprefix("Value error, ")
+    return f"{where or '(top level)'}: {message}"
+
+
 def _format_errors(path: Path, error: ValidationError) -> str:
-    lines = [f"{path}: invalid customer file"]
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  - {field}: {item['msg']}")
-    return "\n".join(lines)
+    return "\n".join([f"{path}: invalid customer file", *(f"  - {_error_line(item)}" for item in error.errors(include_url=False))])
 
 
 def parse_customer(data: object, path: Path) -> CustomerConfig:

@@ -33,15 +33,26 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval.answer import format_final_answer
-from retrieval.embedding_model import load_token_offsets
-from retrieval.policies.heuristic_text import (
-    best_sentence, entity_spans, has_phrase, is_bridge_entity, is_common_word, lowercase_words, normalize,
-    question_entities, question_terms, split_conjunction, split_sentences, title_keys, title_match,
+from agent.final_answer import format_final_answer
+from agent.policies.heuristic_text import (
+    best_sentence,
+    entity_spans,
+    has_phrase,
+    is_bridge_entity,
+    is_common_word,
+    lowercase_words,
+    normalize,
+    question_entities,
+    question_terms,
+    split_conjunction,
+    split_sentences,
+    title_keys,
+    title_match,
 )
-from retrieval.policy_base import Message, PolicyStep, TokenCounter, ToolCall
-from retrieval.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS
-from retrieval.tools import STOPWORDS, parse_rendered_chunks
+from agent.policy_base import Message, PolicyStep, TokenCounter, ToolCall
+from agent.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS
+from agent.tools import STOPWORDS, parse_rendered_chunks
+from search.embedding_window import load_token_offsets
 
 _USAGE = re.compile(r"\[Token usage: ([\d,]+)/([\d,]+)\]")
 

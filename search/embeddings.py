@@ -19,7 +19,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from retrieval.embedding_model import DEFAULT_EMBEDDING_MODEL, embedding_model_info
+from search.embedding_window import DEFAULT_EMBEDDING_MODEL, embedding_model_info
 
 DEFAULT_BATCH_SIZE = 32  # measured faster than 128 on 2 CPU cores for this model
 

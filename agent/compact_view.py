@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval.answer import ParsedAnswer, parse_final_answer
-from retrieval.trajectory import RankedDocument
+from agent.final_answer import ParsedAnswer, parse_final_answer
+from agent.trajectory import RankedDocument
 
 MAX_SENTENCES = 3
 MAX_WORDS = 60

@@ -7,10 +7,9 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from corpus.config import CustomerConfig
-from corpus.registry import CustomerRegistry, searchsmith_home
-from corpus.storage import ArtifactStore, open_store
-from orchestration.customer_files import customer_registry
+from core.config import CustomerConfig
+from core.registry import CustomerRegistry, searchsmith_home
+from core.storage import ArtifactStore, open_store
 
 
 class ArtifactStoreResource(dg.ConfigurableResource):
@@ -35,7 +34,7 @@ class CustomersResource(dg.ConfigurableResource):
     home: str = ""
 
     def registry(self) -> CustomerRegistry:
-        return customer_registry(
+        return CustomerRegistry(
             home=Path(self.home) if self.home else None,
             folder=Path(self.folder) if self.folder else None,
         )
@@ -68,7 +67,7 @@ class ChromaResource(dg.ConfigurableResource):
     _client: object | None = PrivateAttr(default=None)
 
     def client(self):
-        from retrieval.chroma_client import make_client
+        from search.chroma_client import make_client
 
         if self._client is None:
             self._client = make_client(

@@ -13,7 +13,7 @@ import re
 
 import regex
 
-from retrieval.tools import STOPWORDS, content_terms
+from agent.tools import STOPWORDS, content_terms
 
 _CONNECTOR = r"(?:of|the|and|de|for|in|on|von|van|der|den|la|le|du|del|da|di|y|&)"
 _CAP = r"\p{Lu}[\p{L}\p{M}\d'’.\-]*"

@@ -15,7 +15,7 @@ client is built; it is never stored on the policy, put in its name, or logged.
 
 Token budgets: with `tokenizer_path` (the served model's Hugging Face tokenizer folder) the
 harness counts exactly what the model sees. Without it we fall back to the all-MiniLM-L6-v2
-word-piece tokenizer shipped for embeddings (`retrieval.embedding_model.load_token_offsets`):
+word-piece tokenizer shipped for embeddings (`search.embedding_window.load_token_offsets`):
 an approximation, offline and deterministic, that tends to UNDERcount (measured here on the demo
 wiki pages: 0.7-1.0x of SmolLM2's BPE count, ~0.87x typical), so a budget counted with it runs
 over by that much on the real model; pass the real tokenizer whenever budgets matter (RL,
@@ -29,9 +29,9 @@ import os
 import threading
 from typing import Any
 
-from retrieval.policies.tool_parsing import TOOL_CALL_OPEN, parse_arguments, parse_tool_calls
-from retrieval.policies.transformers_policy import TokenizerCounter, load_tokenizer, turn_seed
-from retrieval.policy_base import Message, PolicyStep, TokenCounter, ToolCall
+from agent.policies.tool_parsing import TOOL_CALL_OPEN, parse_arguments, parse_tool_calls
+from agent.policies.transformers_policy import TokenizerCounter, load_tokenizer, turn_seed
+from agent.policy_base import Message, PolicyStep, TokenCounter, ToolCall
 
 # Request fields some OpenAI-compatible servers reject; dropped (once, then remembered) when a
 # 400/422 names them. `logprobs` is never dropped silently: RL depends on it.
@@ -135,7 +135,7 @@ class OpenAIPolicy:
     def token_counter(self) -> TokenCounter:
         if self.tokenizer_path:
             return TokenizerCounter(load_tokenizer(self.tokenizer_path))
-        from retrieval.embedding_model import load_token_offsets
+        from search.embedding_window import load_token_offsets
 
         return load_token_offsets()
 

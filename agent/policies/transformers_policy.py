@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrieval.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
-from retrieval.policies.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCache
-from retrieval.policies.model_family import chat_format_of, prepare_tokenizer, profile_for
-from retrieval.policies.tool_parsing import parse_reply
-from retrieval.policy_base import Message, PolicyStep
+from agent.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
+from agent.policies.model_family import chat_format_of, load_options, prepare_tokenizer
+from agent.policies.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCache
+from agent.policies.tool_parsing import parse_reply
+from agent.policy_base import Message, PolicyStep
+from core.base_models import profile_for
 
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct")
 
@@ -71,7 +72,7 @@ def resolve_model_dir(model_path_or_dir: str | Path) -> Path:
     """A local model folder; `smollm2` names the cached SmolLM2-135M-Instruct copy (built on demand)."""
     text = str(model_path_or_dir)
     if text.lower() in SMOLLM2_ALIASES:
-        from retrieval.small_model import ensure_smollm2
+        from agent.small_model import ensure_smollm2
 
         return ensure_smollm2()
     path = Path(text).expanduser()
@@ -117,7 +118,7 @@ def load_model(
         torch_dtype = "auto" if dtype_name == "auto" else getattr(torch, dtype_name)
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(str(path)))
         profile = profile_for(path)
-        options = profile.load_options() if profile is not None else {}
+        options = load_options(profile)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, **options)
         if adapter is not None:
             from peft import PeftModel

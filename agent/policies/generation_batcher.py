@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval.policies.prefix_cache import PrefixCache, stacked_cache
+from agent.policies.prefix_cache import PrefixCache, stacked_cache
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_LENGTH_RATIO = 1.5

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -174,3 +175,29 @@ def open_store(location: str, endpoint_url: str | None = None) -> ArtifactStore:
         parsed = urlparse(location)
         return S3ArtifactStore(parsed.netloc, parsed.path.lstrip("/"), endpoint_url=endpoint_url)
     return LocalArtifactStore(location)
+
+
+def push_folder(store: ArtifactStore, folder: Path, prefix: str) -> int:
+    """Copy every file under `folder` to `prefix` (adapters, BM25 indexes: folders the store keeps whole)."""
+    count = 0
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            store.write_bytes(prefix + path.relative_to(folder).as_posix(), path.read_bytes())
+            count += 1
+    return count
+
+
+def pull_folder(store: ArtifactStore, prefix: str, folder: Path) -> int:
+    """Replace `folder` with the store's copy (if any); returns how many files came down."""
+    keys = list(store.list(prefix))
+    if not keys:
+        return 0
+    staging = folder.with_name(folder.name + ".pull")
+    shutil.rmtree(staging, ignore_errors=True)
+    for key in keys:
+        target = staging / key[len(prefix) :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(store.read_bytes(key))
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return len(keys)

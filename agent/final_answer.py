@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from retrieval.trajectory import RankedDocument
+from agent.trajectory import RankedDocument
 
 _DOCUMENT_TAG = re.compile(r"<\s*Document\b([^>]*)>", flags=re.IGNORECASE)
 _ID_ATTRIBUTE = re.compile(r"""\bid\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>/]+))""", flags=re.IGNORECASE)

@@ -1,0 +1,186 @@
+"""The customer file's `training:` section: base model, teacher, LoRA shape, SFT and CISPO settings.
+
+Why Pydantic models in core: a customer file carries them and a typo must fail when the file is
+loaded (`extra="forbid"`), not silently train with a default; the training stage runs them. A
+snapshot (`model_dump()`) is written into each adapter's sidecar, so a checkpoint says how it
+was made. Checks that need the base model's files on this machine (its family's LoRA targets)
+run in `training.customer_training.training_settings`.
+
+Defaults are sized for the offline demo (SmolLM2-135M on 2 CPU cores, a few minutes); a GPU
+customer raises `max_length`, `epochs` and `max_steps`. Precision and gradient checkpointing
+are "auto": fp32 without checkpointing on CPU, bf16 with checkpointing on CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from core.base_models import LLAMA_LORA_TARGETS, profile_for
+from core.harness_settings import HarnessOverrides
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- the reward's defaults (evaluation.reward scores with them) ----
+
+DEFAULT_EPS = 0.01
+
+# The output size RL rewards are scored at: the benchmark's k (`benchmark.k` of a customer file,
+# `searchsmith bench --k`, both 5 by default). The harness may return more documents
+# (`max_output_docs`, 10); scoring the reward there would train for a figure nobody reports.
+DEFAULT_REWARD_K = 5
+
+
+class TeacherSettings(_Strict):
+    """How teacher trajectories are collected over the train split."""
+
+    # `auto`: the customer's `teacher:` endpoint when it has one, else the offline heuristic;
+    # `teacher`: that endpoint (an error without one); anything else is a `load_policy` spec.
+    policy: str = "auto"
+    k_rollouts: int = Field(1, ge=1, description="rollouts per task, seeds seed..seed+k-1")
+    workers: int = Field(4, ge=1, description="concurrent episodes")
+    seed: int = 0
+    max_attempts: int = Field(2, ge=1, description="tries per rollout within one run before it is recorded as failed")
+    max_tasks: int | None = Field(None, ge=1, description="cap on train tasks (demo runs)")
+    filter_seed: int = 0
+    k: int | None = Field(None, ge=1, description="output size the filter scores at (None: the whole ranking)")
+
+
+class LoraSettings(_Strict):
+    """The adapter's shape; saved into adapter_config.json by peft."""
+
+    rank: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(LLAMA_LORA_TARGETS))
+
+
+class SFTSettings(_Strict):
+    """Optimisation and data-shaping settings of one SFT run."""
+
+    learning_rate: float = Field(2e-4, gt=0)
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int = Field(-1, description="> 0 caps the optimizer steps (overrides epochs)")
+    max_length: int = Field(2048, ge=16, description="longer samples are reported and dropped, never truncated")
+    max_samples: int | None = Field(None, ge=1, description="cap on training samples (seeded choice)")
+    batch_size: int = Field(1, ge=1)
+    grad_accum: int = Field(4, ge=1)
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="share of the steps spent warming up")
+    weight_decay: float = Field(0.0, ge=0.0)
+    lr_scheduler: str = "linear"
+    seed: int = 0
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    gradient_checkpointing: bool | None = None  # None: on with CUDA, off on CPU
+    torch_threads: int | None = Field(
+        None, ge=1, description="CPU threads; 1 is fastest for tiny models on a busy machine"
+    )
+    logging_steps: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> SFTSettings:
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError("max_steps must be -1 (use epochs) or positive")
+        return self
+
+
+class CispoConfig(BaseModel):
+    """Run settings; stored in every checkpoint's sidecar.
+
+    `lora_dropout` must be 0: the policy that computes the importance ratio has no dropout (see
+    `load_trainable_model`); the field stays so older sidecars and customer files still validate.
+    `reward_k`: the output size the reward scores, the benchmark's k (`benchmark.k` of the
+    customer file, 5 by default), not the harness's `max_output_docs` (10): RL must optimize the
+    figure the benchmark and the promotion gate report.
+    """
+
+    group_size: int = Field(8, ge=2)
+    tasks_per_step: int = Field(4, ge=1)  # Context-1: 128 queries x 8 rollouts
+    steps: int | None = Field(None, ge=1)  # None: `epochs` passes over the tasks
+    epochs: float = Field(5.0, gt=0)
+    substeps: int = Field(4, ge=1)  # optimizer steps per rollout batch
+    passes: int = Field(1, ge=1)  # passes over the rollout batch (each split into `substeps`)
+    learning_rate: float = Field(5e-5, gt=0)
+    warmup_steps: int = Field(0, ge=0)  # optimizer steps of linear warmup
+    weight_decay: float = 0.0
+    eps_low: float = Field(1.0, ge=0)  # >= 1: no lower bound on the IS weight (MiniMax)
+    eps_high: float = Field(4.0, ge=0)  # weight capped at 1 + eps_high = 5 (ScaleRL's eps_max, TRL's default advice)
+    max_grad_norm: float = Field(1.0, gt=0)
+    abort_loss: float = Field(1e3, gt=0)
+    abort_grad_norm: float = Field(1e5, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(512, ge=1)
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)  # must be 0 (validator below)
+    lora_target_modules: str | list[str] = "all-linear"
+    micro_batch_tokens: int = Field(16_384, ge=1)
+    merge_turns: bool = True
+    gradient_checkpointing: bool = False
+    curriculum: bool = True
+    curriculum_floor: float = Field(0.1, ge=0)
+    beta_start: float = 4.0
+    beta_end: float = 2.0
+    reward_eps: float = DEFAULT_EPS
+    reward_k: int = Field(DEFAULT_REWARD_K, ge=1)  # output size the reward scores: the benchmark's k
+    granularity: Literal["document", "fact"] = "document"
+    harness: HarnessOverrides = Field(default_factory=HarnessOverrides)  # over HarnessConfig.for_training
+    max_rollout_retries: int = Field(2, ge=0)
+    rollout_workers: int = Field(8, ge=1)
+    checkpoint_every: int = Field(10, ge=1)
+    save_trajectories: bool = False  # every rollout, whole, under trajectories/step-N.jsonl
+    keep_checkpoints: int | None = None
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str | None = None  # default float32 on CPU, bfloat16 elsewhere
+
+    @field_validator("lora_dropout")
+    @classmethod
+    def _no_dropout(cls, value: float) -> float:
+        if value != 0:
+            raise ValueError(f"lora_dropout={value}: CISPO trains without dropout (the importance ratio pi/pi_old "
+                             "must be 1 on the sampler's own weights; sampling runs without dropout); use 0")
+        return value
+
+
+class RLSettings(CispoConfig):
+    """The customer file's `training.rl` section: `CispoConfig` fields plus task selection.
+    The LoRA shape of a fresh adapter comes from `training.lora`; when an SFT adapter exists,
+    RL continues it (its shape is fixed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tasks: int | None = Field(None, ge=1, description="cap on train tasks (demo runs)")
+    from_sft: bool = True  # start from the SFT adapter when one exists
+
+
+class TrainingSettings(BaseModel):
+    """The customer file's `training:` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_model: str = "smollm2"  # `smollm2`, a local model folder; never downloaded at run time
+    teacher: TeacherSettings = Field(default_factory=TeacherSettings)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    rl: RLSettings = Field(default_factory=RLSettings)
+    # HarnessConfig overrides for teacher and RL rollouts (the student's budget: a small model's
+    # context); `rl.harness` adds to these for RL alone.
+    harness: HarnessOverrides = Field(default_factory=HarnessOverrides)
+
+    @model_validator(mode="after")
+    def _fits_base_model(self) -> TrainingSettings:
+        """The base model's family decides the chat format, LoRA targets and loading options
+        (`core.base_models`); only a setting that cannot work with it is refused here, when the
+        model's folder is on this machine (a machine without it validates the rest)."""
+        profile = profile_for(self.base_model)
+        forced = profile.lora_dropout if profile is not None else None
+        if (forced is not None and "dropout" in self.lora.model_fields_set and self.lora.dropout != forced
+                and "target_modules" not in self.lora.model_fields_set):
+            raise ValueError(f"training.lora.dropout {self.lora.dropout}: a {profile.family} base model trains LoRA on "
+                             f"its fused experts through peft's parameter targeting, which has no dropout; use "
+                             f"{forced} or leave it unset")
+        return self
