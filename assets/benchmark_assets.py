@@ -14,10 +14,10 @@ from assets.synth_assets import distractor_sets
 from assets.training_assets import cispo_checkpoint, sft_checkpoint
 from core.layout import CHECKPOINT_STAGES, benchmark_prefix, benchmark_summary_key, chunks_key, final_tasks_key
 from core.storage import push_folder
-from evaluation.customer_report import benchmark_candidates, png_markdown, run_customer_benchmark
+from evaluation.per_customer import benchmark_candidates, png_markdown, run_customer_benchmark
 from evaluation.report import render_markdown
-from synth.stage import load_tasks
-from training.customer_training import checkpoint_policies, local_adapter, read_manifest
+from synth.per_customer import load_tasks
+from training.per_customer import checkpoint_policies, local_adapter, read_manifest
 
 
 def _checkpoint_labels(artifacts, customer: str) -> dict[str, str]:

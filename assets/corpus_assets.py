@@ -8,7 +8,7 @@ from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, CustomersResource
 from assets.retries import TransientRetry, retry_transient
 from core.layout import chunks_key, documents_key, quarantine_key
-from corpus.stage import chunk_customer_documents, sync_customer_documents
+from corpus.per_customer import chunk_customer_documents, sync_customer_documents
 from search.embedding_window import embedding_model_info, load_token_offsets
 
 SYNC_RETRY = TransientRetry(max_retries=2, delay_s=10)

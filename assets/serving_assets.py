@@ -6,7 +6,7 @@ from assets.benchmark_assets import benchmark_report
 from assets.metadata import suite_numbers
 from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, CustomersResource
-from serving.deployment import promote_best
+from serving.per_customer import promote_best
 from serving.promotion import decision_table
 
 

@@ -7,7 +7,7 @@ from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource, TeacherLLMResource
 from core.layout import documents_key, synthetic_key, verified_key
 from synth.checks import enough_tasks_per_split, supporting_quotes_found
-from synth.stage import load_tasks, run_distractors, run_synthesis, run_verification_split
+from synth.per_customer import load_tasks, run_distractors, run_synthesis, run_verification_split
 
 MIN_TASKS_PER_SPLIT = 1
 

@@ -1,6 +1,6 @@
 """Lineage stage: distractor_sets -> sft_trajectories -> sft_checkpoint -> cispo_checkpoint.
 
-Thin assets over `training.customer_training`: load inputs, call it, attach metadata (counts,
+Thin assets over `training.per_customer`: load inputs, call it, attach metadata (counts,
 recall histograms, loss and reward curves as inline plots).
 """
 
@@ -16,9 +16,9 @@ from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from assets.synth_assets import distractor_sets
 from core.layout import chunks_key, final_tasks_key, kept_trajectories_key, sft_dataset_prefix
-from evaluation.customer_report import png_markdown
-from synth.stage import load_tasks
-from training.customer_training import (
+from evaluation.per_customer import png_markdown
+from synth.per_customer import load_tasks
+from training.per_customer import (
     CheckpointManifest,
     collect_sft_trajectories,
     load_kept_trajectories,

@@ -105,9 +105,9 @@ def pipeline(args: argparse.Namespace) -> dict:
     from agent.policies import load_policy
     from core.training_settings import LoraSettings, SFTSettings
     from evaluation.external import load_external_benchmark
+    from training.kept_trajectories import filter_trajectories
     from training.sft import data_lineage, load_tokenizer, train_sft
     from training.sft_samples import build_samples
-    from training.sft_selection import filter_trajectories
     from training.teacher_trajectories import collect_teacher_trajectories
 
     report: dict = {"settings": vars(args).copy()}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from core.config import parse_customer
 from core.storage import LocalArtifactStore
-from corpus.stage import chunk_customer_documents, sync_customer_documents
+from corpus.per_customer import chunk_customer_documents, sync_customer_documents
 from search.embedding_window import embedding_model_info, load_token_offsets
 
 SAMPLE = Path(__file__).resolve().parents[1] / "customers" / "demo" / "benchmarks" / "multihop_sample.jsonl"

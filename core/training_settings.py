@@ -4,7 +4,7 @@ Why Pydantic models in core: a customer file carries them and a typo must fail w
 loaded (`extra="forbid"`), not silently train with a default; the training stage runs them. A
 snapshot (`model_dump()`) is written into each adapter's sidecar, so a checkpoint says how it
 was made. Checks that need the base model's files on this machine (its family's LoRA targets)
-run in `training.customer_training.training_settings`.
+run in `training.per_customer.training_settings`.
 
 Defaults are sized for the offline demo (SmolLM2-135M on 2 CPU cores, a few minutes); a GPU
 customer raises `max_length`, `epochs` and `max_steps`. Precision and gradient checkpointing

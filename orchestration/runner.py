@@ -91,7 +91,7 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
 def open_index(customer: str):
     """The customer's built index and its chunks (for fact-level gold)."""
     from orchestration.definitions import defs
-    from search.customer_index import embedder_for, open_customer_index
+    from search.per_customer import embedder_for, open_customer_index
 
     config = CustomerRegistry().get(customer)
     store, chroma = defs.resources["store"].get(), defs.resources["chroma"]
@@ -121,8 +121,8 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
 def run_tasks(customer: str) -> dict[str, Any]:
     """Materialize the three task assets and report counts by split, hops and failure reason."""
     from orchestration.definitions import defs
+    from synth.per_customer import load_tasks, task_counts
     from synth.split import apply_splits
-    from synth.stage import load_tasks, task_counts
 
     run_job("customer_tasks", customer)
     config = CustomerRegistry().get(customer)
@@ -138,7 +138,7 @@ FINETUNE_JOBS = {"sft": "finetune_sft", "rl": "finetune_rl", "all": "finetune_al
 def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     """Materialize the training assets of `stage` and report the last adapter it produced."""
     from orchestration.definitions import defs
-    from training.customer_training import read_manifest
+    from training.per_customer import read_manifest
 
     if stage not in FINETUNE_JOBS:
         raise CliError(f"unknown stage {stage!r}; use sft, rl or all")
@@ -171,7 +171,7 @@ def run_serve(customer: str, rollback: bool = False) -> dict[str, Any]:
     """`searchsmith serve`: the promotion gate on the latest benchmark (a `served_model` run), or
     a rollback to the previously served policy."""
     from orchestration.definitions import defs
-    from serving.deployment import current_serving, rollback_served
+    from serving.per_customer import current_serving, rollback_served
     from serving.served_state import NothingToRollBack
 
     store = defs.resources["store"].get()
@@ -229,7 +229,7 @@ def search_service_wiring() -> dict[str, Any]:
     """What the search service needs from the project: customers, their indexes, their served policies."""
     from orchestration.definitions import defs
     from serving.api import IndexUnavailable
-    from serving.deployment import served_checkpoint, served_policy
+    from serving.per_customer import served_checkpoint, served_policy
 
     store = defs.resources["store"].get()
 

@@ -78,7 +78,7 @@ def next_resync(instance: dg.DagsterInstance, customer: str, cron: str, now: dat
 
 def served_status(customer: str) -> dict[str, Any]:
     from orchestration.definitions import defs
-    from serving.deployment import current_serving
+    from serving.per_customer import current_serving
 
     payload = current_serving(defs.resources["store"].get(), customer).to_dict()
     served = payload["served"]

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.base_models import profile_for, profile_from_config, read_model_config
 from serving.served_state import ServedRecord
 from serving.serving_manifest import adapter_name
 
@@ -53,7 +54,6 @@ TOOL_CALL_PARSERS: tuple[tuple[str, str], ...] = (
     ("llama-3", "llama3_json"), ("llama3", "llama3_json"), ("llama_3", "llama3_json"),
     ("smollm", "hermes"), ("qwen", "hermes"),
 )
-LLAMA3_VOCAB = 128256  # Llama 3.x tokenizers; SmolLM2 is a Llama architecture with 49152
 
 
 class VLLMServerError(RuntimeError):
@@ -67,36 +67,28 @@ def vllm_python(configured: str | Path | None = None) -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def _model_config(model_dir: Path | None) -> dict[str, Any]:
-    config = model_dir / "config.json" if model_dir else None
-    if config is None or not config.is_file():
-        return {}
-    try:
-        return json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def tool_call_parser_for(base_model: str, model_dir: str | Path | None = None) -> str:
-    """The vLLM tool-call parser for a base model, from its name, folder name or config.json.
+    """The vLLM tool-call parser for a base model: from its name or folder name (a hub id served
+    from a pre-filled cache has no folder here), else its family (`core.base_models`, from
+    config.json).
 
     Raises when the family is unknown rather than guessing: a wrong parser does not fail, it
     silently returns tool calls as plain text and every episode ends at turn one.
     """
     folder = Path(model_dir) if model_dir else None
-    config = _model_config(folder)
-    names = " ".join([base_model, folder.name if folder else "", str(config.get("_name_or_path", ""))]).lower()
+    try:
+        config = read_model_config(folder) if folder else None
+    except (OSError, ValueError):
+        config = None
+    names = " ".join([base_model, folder.name if folder else "", str((config or {}).get("_name_or_path", ""))]).lower()
     for fragment, parser in TOOL_CALL_PARSERS:
         if fragment in names:
             return parser
-    model_type = str(config.get("model_type", ""))
-    if model_type == "gpt_oss":
-        return "openai"
-    if model_type.startswith("qwen"):
-        return "hermes"
-    if model_type == "llama" and config.get("vocab_size") == LLAMA3_VOCAB:
-        return "llama3_json"
-    raise ValueError(f"no known tool-call parser for base model {base_model!r} (model_type {model_type or '?'}); "
+    profile = profile_from_config(config) if config is not None else profile_for(base_model)
+    if profile is not None and profile.tool_call_parser:
+        return profile.tool_call_parser
+    model_type = (config or {}).get("model_type") or "?"
+    raise ValueError(f"no known tool-call parser for base model {base_model!r} (model_type {model_type}); "
                      "set tool_call_parser (hermes, openai, llama3_json, ...) explicitly")
 
 

@@ -36,9 +36,9 @@ from synth.chaining import compose_extension, extend_with_llm
 from synth.corpus_view import CorpusView
 from synth.distractors import attach_distractors
 from synth.explore import LoopSettings, ToolRunner, run_tool_loop, seed_message
-from synth.extraction import llm_answer_checker, verify_by_extraction
 from synth.extractive import ExtractiveGenerator
 from synth.llm import TeacherLLM
+from synth.llm_verification import llm_answer_checker, verify_by_extraction
 from synth.packs import PromptPack, load_pack, pack_fingerprint
 from synth.records import SeedRecords
 from synth.schema import SPLITS, GeneratedTask, SupportingItem, SynthTask

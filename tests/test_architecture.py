@@ -41,7 +41,7 @@ def test_a_broken_layer_is_caught(tmp_path):
     """The check itself: a copy of the tree in which corpus imports training fails it."""
     copy = tmp_path / "repo"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv*", ".git", ".searchsmith", "tests", "*.egg-info", "__pycache__", "shared"))
-    (copy / "corpus" / "reaches_up.py").write_text("from training.customer_training import rl_config\n")
+    (copy / "corpus" / "reaches_up.py").write_text("from training.per_customer import rl_config\n")
     result = subprocess.run(lint_imports(), cwd=copy, capture_output=True, text=True, timeout=300,
                             env={"PYTHONPATH": str(copy), "PATH": str(Path(sys.executable).parent)})
-    assert result.returncode != 0 and "corpus.reaches_up -> training.customer_training" in result.stdout, result.stdout[-3000:]
+    assert result.returncode != 0 and "corpus.reaches_up -> training.per_customer" in result.stdout, result.stdout[-3000:]

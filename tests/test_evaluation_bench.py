@@ -118,7 +118,7 @@ def test_candidate_specs():
 
 def test_benchmark_candidates_add_all_checkpoints_or_only_the_latest():
     from core.benchmark_settings import BenchmarkSettings
-    from evaluation.customer_report import benchmark_candidates
+    from evaluation.per_customer import benchmark_candidates
 
     checkpoints = ["transformers:/m/sft", "transformers:/m/cispo"]
     assert benchmark_candidates(BenchmarkSettings(policies=["hybrid", "heuristic"]), checkpoints) == ["hybrid", "heuristic", *checkpoints]

@@ -113,8 +113,8 @@ def test_profile_is_chosen_from_the_models_config(gpt_oss_dir, tmp_path):
 
 def test_a_customer_file_naming_a_gpt_oss_folder_needs_no_other_setting(gpt_oss_dir, tmp_path):
     from core.config import CustomerConfigError, load_customer
-    from training.customer_training import base_profile, rl_config
     from training.lora_shape import lora_shape
+    from training.per_customer import base_profile, rl_config
 
     (tmp_path / "docs").mkdir()
     path = tmp_path / "acme.yaml"

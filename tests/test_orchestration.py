@@ -13,6 +13,7 @@ import pytest
 from assets.corpus_assets import chunks, raw_documents
 from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, CustomersResource
+from core.registry import CustomerRegistry
 from orchestration.definitions import build_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,11 +31,21 @@ def customer(tmp_path):
     return folder
 
 
-def test_definitions_load_with_expected_keys():
+def test_definitions_hold_exactly_the_lineage_checks_jobs_schedules_and_sensors():
+    """The full set of keys: a new asset, check, job or sensor is added here on purpose."""
     defs = build_definitions()
-    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert {"raw_documents", "chunks"} <= keys
-    assert defs.resolve_job_def("corpus_resync") is not None
+    graph = defs.resolve_asset_graph()
+    assert {key.to_user_string() for key in graph.get_all_asset_keys()} == {
+        "raw_documents", "chunks", "chroma_index", "synthetic_tasks", "verified_tasks", "distractor_sets",
+        "sft_trajectories", "sft_checkpoint", "cispo_checkpoint", "benchmark_report", "served_model"}
+    assert {key.name for key in graph.asset_check_keys} == {
+        "index_count_matches_chunks_check", "no_duplicate_ids_check", "dense_recall_matches_brute_force",
+        "enough_verified_tasks_per_split", "supporting_quotes_in_documents"}
+    assert {job.name for job in defs.resolve_all_job_defs()} - {"__ASSET_JOB"} == {
+        "corpus_resync", "customer_tasks", "finetune_sft", "finetune_rl", "finetune_all",
+        "customer_finetune", "serve_model", "customer_lineage"}
+    assert {sensor.name for sensor in defs.sensors} == {"customer_files_sensor", "corpus_change_sensor"}
+    assert {schedule.name for schedule in defs.schedules} == {f"corpus_resync_{name.replace('-', '_')}" for name in CustomerRegistry().customers()}
 
 
 def test_materialize_with_real_resources(customer, tmp_path, searchsmith_home):

@@ -11,7 +11,7 @@ import pytest
 from core.layout import benchmark_summary_key
 from core.serving_settings import ServingSettings
 from core.storage import LocalArtifactStore
-from serving.deployment import current_serving, promote_best, rollback_served, served_policy
+from serving.per_customer import current_serving, promote_best, rollback_served, served_policy
 from serving.served_state import NothingToRollBack, load_served
 from serving.serving_manifest import load_manifest
 from tests.test_serving_promotion import m

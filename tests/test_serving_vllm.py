@@ -239,7 +239,7 @@ def test_real_vllm_serves_lora_adapters_and_loads_one_at_run_time(smollm2_dir, t
         # server, points the manifest (and so the search service) at it, and unloads the old one.
         from core.serving_settings import ServingSettings
         from core.storage import LocalArtifactStore
-        from serving.deployment import deploy
+        from serving.per_customer import deploy
         from serving.served_state import ServedRecord
 
         store, settings = LocalArtifactStore(tmp_path / "artifacts"), ServingSettings(vllm_url=server.base_url)

@@ -18,7 +18,7 @@ from core.storage import LocalArtifactStore
 from core.training_settings import TrainingSettings
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
 from tests.test_training_sft_teacher import TASKS
-from training.customer_training import (
+from training.per_customer import (
     checkpoint_policies,
     collect_sft_trajectories,
     load_kept_trajectories,

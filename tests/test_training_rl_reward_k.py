@@ -11,7 +11,7 @@ from agent.harness import HarnessConfig
 from core.benchmark_settings import BenchmarkSettings
 from core.training_settings import DEFAULT_REWARD_K, CispoConfig, TrainingSettings
 from tests.test_training_cispo_support import MemoryBackend, ScriptedPolicy, answer_model_dir, lighthouse_tasks, model_dir  # noqa: F401 (fixtures)
-from training.customer_training import rl_config
+from training.per_customer import rl_config
 from training.rl_rollouts import collect_rollouts, rollout_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ import pytest
 
 from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 from evaluation.metrics import Gold
+from training.kept_trajectories import filter_trajectories, kept_dataset, malformed_reason, trajectories_from_dataset
 from training.sft_plots import plot_recall_histograms
-from training.sft_selection import filter_trajectories, kept_dataset, malformed_reason, trajectories_from_dataset
 
 GOLD = Gold(doc_ids=frozenset({"g1", "g2"}))
 GOLD3 = Gold(doc_ids=frozenset({"g1", "g2", "g3"}))

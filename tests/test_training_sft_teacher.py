@@ -12,7 +12,7 @@ from agent.harness import HarnessConfig
 from agent.policy_base import PolicyStep, ToolCall
 from synth.schema import SupportingItem, SynthTask
 from tests.support.tiny_models import TinyBackend
-from training.sft_selection import filter_trajectories, golds_for_tasks, malformed_reason
+from training.kept_trajectories import filter_trajectories, golds_for_tasks, malformed_reason
 from training.teacher_trajectories import TeacherFailed, collect_teacher_trajectories
 
 CONFIG = HarnessConfig.for_training(token_budget=4096, response_reserve_tokens=256, search_budget_tokens=512)

@@ -210,8 +210,8 @@ def collect_sft_trajectories(
     full view (it reads whole chunks) and the kept trajectories are replayed in the student's
     view (`student_view`) with the `student` policy's tokenizer, so SFT teaches what the student
     will read and write."""
+    from training.kept_trajectories import filter_trajectories, kept_dataset
     from training.sft_plots import plot_recall_histograms
-    from training.sft_selection import filter_trajectories, kept_dataset
     from training.teacher_trajectories import collect_teacher_trajectories
 
     teacher_harness = harness
