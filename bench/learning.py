@@ -154,11 +154,34 @@ def episode_shares(trajectories_file: str) -> dict[str, float]:
     }
 
 
+def cached(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """A finished row from an earlier run with the same key (spec, questions, harness, options).
+
+    Evaluating one model row costs tens of minutes on CPU; a rerun after an interruption (or
+    one that only adds a row) keeps what already finished. Checkpoint specs name content-hashed
+    adapters, so a retrained model never matches an old row.
+    """
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    return saved["row"] if saved.get("key") == json.loads(json.dumps(key, default=str)) else None
+
+
+def remember(path: Path, key: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "row": row}, indent=2, default=str), encoding="utf-8")
+    return row
+
+
 def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
     from evaluation.bench import run_benchmark
 
-    started = time.perf_counter()
     options = {"max_new_tokens": size.max_new_tokens} if spec.startswith("transformers:") else None
+    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "overrides": overrides, "options": options, "k": K}
+    if (row := cached(out / name / "row.json", key)) is not None:
+        print(f"  {name}: reused (answer found {row['answer_found']:.3f})", file=sys.stderr)
+        return row
+    started = time.perf_counter()
     report = run_benchmark(tasks, backend, [spec], K, out / name, progress=False, workers=EPISODE_WORKERS,
                            harness_overrides=overrides, model_options=options)
     key = next(iter(report["policies"]))  # the candidate's report name
@@ -171,7 +194,7 @@ def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str
         **episode_shares(report["files"]["trajectories"][key]),
     }
     print(f"  {name}: answer found {row['answer_found']:.3f}, parseable {row['parseable_final']:.2f}, {row['wall_s']:.0f} s", file=sys.stderr)
-    return row
+    return remember(out / name / "row.json", key, row)
 
 
 def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -> dict[str, Any]:
@@ -180,16 +203,22 @@ def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -
     from evaluation.bench import run_benchmark
     from evaluation.reward import reward
 
+    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "options": {"max_new_tokens": size.max_new_tokens}, "k": K}
+    if (row := cached(out / f"synth-{name}" / "row.json", key)) is not None:
+        return row
+    started = time.perf_counter()
     report = run_benchmark(tasks, backend, [spec], K, out / f"synth-{name}", progress=False, workers=EPISODE_WORKERS,
                            model_options={"max_new_tokens": size.max_new_tokens})
-    key = next(iter(report["policies"]))
+    name_key = next(iter(report["policies"]))
     gold = {task.task_id: task.gold for task in tasks}
-    values = [reward(t, gold[t.task_id], beta=2.0, k=K).reward for t in read_jsonl(report["files"]["trajectories"][key])]
+    values = [reward(t, gold[t.task_id], beta=2.0, k=K).reward for t in read_jsonl(report["files"]["trajectories"][name_key])]
     from evaluation.bootstrap import bootstrap_mean
 
     interval = bootstrap_mean(values)
-    return {"row": name, "mean_reward": interval.mean, "ci": [interval.low, interval.high], "n": len(values),
-            "answer_found": report["policies"][key]["answer_found"]}
+    row = {"row": name, "mean_reward": interval.mean, "ci": [interval.low, interval.high], "n": len(values),
+           "answer_found": report["policies"][name_key]["answer_found"], "wall_s": round(time.perf_counter() - started, 1)}
+    print(f"  synthetic {name}: mean reward {row['mean_reward']:.3f}, {row['wall_s']:.0f} s", file=sys.stderr)
+    return remember(out / f"synth-{name}" / "row.json", key, row)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
