@@ -11,13 +11,14 @@ from assets.metadata import benchmark_numbers
 from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from assets.synth_assets import distractor_sets
-from assets.training_assets import cispo_checkpoint, sft_checkpoint
+from assets.training_assets import cispo_checkpoint, reranker_checkpoint, sft_checkpoint
 from core.layout import CHECKPOINT_STAGES, benchmark_prefix, benchmark_summary_key, chunks_key, final_tasks_key
 from core.storage import push_folder
 from evaluation.per_customer import benchmark_candidates, png_markdown, run_customer_benchmark
 from evaluation.report import render_markdown
+from search.reranker import Reranker
 from synth.per_customer import load_tasks
-from training.per_customer import checkpoint_policies, local_adapter, read_manifest
+from training.per_customer import checkpoint_policies, local_adapter, local_reranker, read_manifest, read_reranker
 
 
 def _checkpoint_labels(artifacts, customer: str) -> dict[str, str]:
@@ -34,7 +35,7 @@ def _checkpoint_labels(artifacts, customer: str) -> dict[str, str]:
     partitions_def=customers_partitions,
     group_name="evaluation",
     kinds={"python", "matplotlib"},
-    deps=[distractor_sets, sft_checkpoint, cispo_checkpoint],
+    deps=[distractor_sets, reranker_checkpoint, sft_checkpoint, cispo_checkpoint],
     description="Baselines, the teacher and every checkpoint on the verified test split and the customer's external "
     "benchmark files; report.json/report.md and plots saved in the artifact store for the promotion gate.",
 )
@@ -46,11 +47,14 @@ def benchmark_report(
     settings = config.benchmark
     artifacts = store.get()
     index = open_index(name, store, chroma, customers)
-    candidates = benchmark_candidates(settings, checkpoint_policies(artifacts, name))
+    trained = read_reranker(artifacts, name) if config.training.reranker.enabled else None
+    reranker = Reranker.load(local_reranker(artifacts, trained)) if trained is not None else None
+    candidates = benchmark_candidates(settings, checkpoint_policies(artifacts, name), has_reranker=reranker is not None)
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         result = run_customer_benchmark(
-            load_tasks(artifacts, final_tasks_key(name)), artifacts.read_parquet(chunks_key(name)), index, settings, candidates, out, config.base_dir
+            load_tasks(artifacts, final_tasks_key(name)), artifacts.read_parquet(chunks_key(name)), index, settings, candidates, out, config.base_dir,
+            reranker,
         )
         push_folder(artifacts, out, benchmark_prefix(name))
         metadata: dict = {"candidates": candidates, "suites": sorted(result.reports)}

@@ -1,4 +1,4 @@
-"""Lineage stage: distractor_sets -> sft_trajectories -> sft_checkpoint -> cispo_checkpoint.
+"""Lineage stage: distractor_sets -> reranker_checkpoint -> sft_trajectories -> sft_checkpoint -> cispo_checkpoint.
 
 Thin assets over `training.per_customer`: load inputs, call it, attach metadata (counts,
 recall histograms, loss and reward curves as inline plots).
@@ -22,10 +22,12 @@ from training.per_customer import (
     CheckpointManifest,
     collect_sft_trajectories,
     load_kept_trajectories,
+    read_reranker,
     student_harness,
     student_policy,
     teacher_policy,
     train_cispo_checkpoint,
+    train_reranker_checkpoint,
     train_sft_checkpoint,
     train_tasks,
 )
@@ -58,8 +60,57 @@ def _checkpoint_metadata(manifest: CheckpointManifest) -> dict:
 @dg.asset(
     partitions_def=customers_partitions,
     group_name="training",
+    kinds={"pytorch", "huggingface"},
+    deps=[distractor_sets, "chroma_index"],
+    description="A cross-encoder fine-tuned on the customer's own verified train split (supporting chunks against "
+    "verified distractors and hybrid hard negatives), judged on the dev split against its untrained start; "
+    "selection (`+rerank` candidates) uses it. Reused when nothing that determines it changed.",
+)
+def reranker_checkpoint(
+    context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+) -> dg.MaterializeResult:
+    name = context.partition_key
+    config = customers.get(name)
+    settings = config.training.reranker
+    if not settings.enabled:
+        return dg.MaterializeResult(metadata={"enabled": False})
+    artifacts = store.get()
+    checkpoint = train_reranker_checkpoint(name, artifacts, open_index(name, store, chroma, customers),
+                                           load_tasks(artifacts, final_tasks_key(name)), artifacts.read_parquet(chunks_key(name)),
+                                           settings, customers.home_dir(), k=config.benchmark.k)
+    train = checkpoint.train
+    how = "reused" if checkpoint.reused else f"{train.get('pairs')} pairs"
+    context.log.info(f"reranker {checkpoint.path} ({how}): "
+                     f"dev recall@k {checkpoint.dev['trained']['recall_at_k']:.3f} vs start {checkpoint.dev['start']['recall_at_k']:.3f}")
+    return dg.MaterializeResult(metadata={
+        "path": dg.MetadataValue.path(checkpoint.path), "run_id": checkpoint.run_id, "reused": checkpoint.reused, "base": checkpoint.base,
+        "train": dg.MetadataValue.json(train), "dev": dg.MetadataValue.json(checkpoint.dev), "beats_start": checkpoint.beats_start,
+        **{f"dev/{row}/{metric}": float(value) for row, figures in checkpoint.dev.items() for metric, value in figures.items()},
+        **{f"train/{key}": float(train[key]) for key in ("pairs", "pairs_per_s", "train_s") if key in train},
+    })
+
+
+@dg.asset_check(asset=reranker_checkpoint, blocking=True,
+                description="On the dev split (tasks training never saw), the trained reranker orders hybrid's top documents "
+                "better than the start it was trained from.")
+def reranker_beats_its_start(context: dg.AssetCheckExecutionContext, store: ArtifactStoreResource, customers: CustomersResource) -> dg.AssetCheckResult:
+    name = context.partition_key
+    if not customers.get(name).training.reranker.enabled:
+        return dg.AssetCheckResult(passed=True, metadata={"enabled": False})
+    checkpoint = read_reranker(store.get(), name)
+    if checkpoint is None:
+        return dg.AssetCheckResult(passed=False, metadata={"reason": "no reranker checkpoint"})
+    return dg.AssetCheckResult(passed=checkpoint.beats_start, metadata={
+        "trained_recall_at_k": checkpoint.dev["trained"]["recall_at_k"], "start_recall_at_k": checkpoint.dev["start"]["recall_at_k"],
+        "trained_mrr": checkpoint.dev["trained"]["mrr"], "start_mrr": checkpoint.dev["start"]["mrr"],
+        "hybrid_recall_at_k": checkpoint.dev["hybrid"]["recall_at_k"], "dev_tasks": checkpoint.dev["trained"]["tasks"]})
+
+
+@dg.asset(
+    partitions_def=customers_partitions,
+    group_name="training",
     kinds={"python", "huggingface"},
-    deps=[distractor_sets],
+    deps=[distractor_sets, reranker_checkpoint],
     retry_policy=dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL),
     description="A teacher (the customer's endpoint, or the offline heuristic) runs the harness on the train split; "
     "Context-1's recall filter keeps the trajectories to distil. Resumes per rollout; a datasets folder too.",

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_dev.py [--tasks ../shared/data/multihop_dev.jsonl]
         [--policies bm25,dense,hybrid,heuristic,heuristic@4] [--k 5] [--out bench/out/dev] [--limit N]
+        [--reranker DIR  (with hybrid+rerank, heuristic+rerank: selection by a trained cross-encoder)]
 
 Prints the markdown table (and the per-dataset one) and writes report.json, report.md, plots,
 trajectories and per-task scores under --out. The first run indexes the pooled corpus
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--cache", type=Path, default=None, help="index cache root (default $SEARCHSMITH_HOME/cache/benchmarks)")
+    parser.add_argument("--reranker", type=Path, default=None, help="cross-encoder folder for +rerank candidates")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
 
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = run_bench_command(
         args.tasks, args.policies, args.k, args.out, limit=args.limit, progress=True,
-        workers=args.workers, cache_root=args.cache,
+        workers=args.workers, cache_root=args.cache, reranker=args.reranker,
     )
     config = report["config"]
     print(f"{config['tasks_file']} (sha256 {config['tasks_sha256'][:12]}), k={config['k']}, n={config['n_tasks']}, "

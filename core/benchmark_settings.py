@@ -29,3 +29,6 @@ class BenchmarkSettings(BaseModel):
     # Which training checkpoints join as candidates: `all` (SFT and CISPO) or `latest` (the last
     # stage trained; halves what a CPU demo spends generating).
     checkpoints: Literal["all", "latest"] = "all"
+    # When the customer has a reranker (`training.reranker`), these also run as `POLICY+rerank`:
+    # the same candidate with selection by the reranker over what it surfaced.
+    rerank: list[str] = Field(default_factory=lambda: ["hybrid", "heuristic"])

@@ -12,7 +12,7 @@ the store keeps whole (`push_folder`/`pull_folder`).
     {customer}/synth/      synthetic_tasks.jsonl, verified_tasks.jsonl, verified_dataset/, tasks.jsonl,
                            distractors.parquet, seeds/, llm_cache/
     {customer}/training/   teacher_rollouts/, sft_trajectories.jsonl, sft_dataset/
-    {customer}/checkpoints/{sft|cispo}.json and {sft|cispo}/{run_id}/ (adapter files)
+    {customer}/checkpoints/{sft|cispo|reranker}.json and {sft|cispo|reranker}/{run_id}/ (model files)
     {customer}/benchmark/  reports, trajectories, summary.json
     {customer}/serving/    served.json (the promotion record), manifest.json (what vLLM loads)
 """
@@ -107,6 +107,11 @@ def checkpoint_manifest_key(customer: str, stage: str) -> str:
     if stage not in CHECKPOINT_STAGES:
         raise ValueError(f"unknown training stage {stage!r}; use one of {CHECKPOINT_STAGES}")
     return f"{customer}/checkpoints/{stage}.json"
+
+
+def reranker_manifest_key(customer: str) -> str:
+    """The customer's trained reranker (`training.reranker`): its run, files and dev-split figures."""
+    return f"{customer}/checkpoints/reranker.json"
 
 
 def adapter_prefix(customer: str, stage: str, run_id: str) -> str:

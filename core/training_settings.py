@@ -157,6 +157,27 @@ class RLSettings(CispoConfig):
     from_sft: bool = True  # start from the SFT adapter when one exists
 
 
+class RerankerSettings(_Strict):
+    """The customer's reranker: a cross-encoder fine-tuned on (question, chunk) pairs of its own
+    verified train split (supporting chunks positive; verified distractors and hybrid hard
+    negatives negative), judged on the dev split against the start it was trained from."""
+
+    enabled: bool = True
+    base: str | None = None  # a local cross-encoder folder; None: the packaged all-MiniLM-L6-v2
+    max_tasks: int | None = Field(None, ge=1, description="cap on train tasks (demo runs)")
+    distractors: int = Field(4, ge=0, description="verified distractors per task used as negatives")
+    hard_negatives: int = Field(4, ge=0, description="top hybrid hits outside the gold documents per task")
+    epochs: float = Field(1.0, gt=0)
+    batch_size: int = Field(16, ge=1)
+    learning_rate: float = Field(5e-5, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    max_length: int = Field(256, ge=16)
+    seed: int = 0
+    eval_tasks: int | None = Field(100, ge=1, description="dev-split tasks the check runs (None: all)")
+    eval_depth: int = Field(20, ge=2, description="hybrid documents reordered per dev task")
+    torch_threads: int | None = Field(None, ge=1)
+
+
 class TrainingSettings(BaseModel):
     """The customer file's `training:` section."""
 
@@ -167,6 +188,7 @@ class TrainingSettings(BaseModel):
     lora: LoraSettings = Field(default_factory=LoraSettings)
     sft: SFTSettings = Field(default_factory=SFTSettings)
     rl: RLSettings = Field(default_factory=RLSettings)
+    reranker: RerankerSettings = Field(default_factory=RerankerSettings)
     # HarnessConfig overrides for teacher and RL rollouts (the student's budget: a small model's
     # context); `rl.harness` adds to these for RL alone.
     harness: HarnessOverrides = Field(default_factory=HarnessOverrides)

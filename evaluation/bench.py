@@ -26,6 +26,7 @@ from evaluation.report import write_report
 from evaluation.runner import default_workers, run_candidate, save_results
 from evaluation.synth_tasks import file_kind, read_synth_tasks, tasks_from_synth
 from search.backend import SearchBackend
+from search.reranker import Reranker
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def run_benchmark(
     harness_overrides: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
     model_options: dict[str, Any] | None = None,
+    reranker: Reranker | None = None,
 ) -> dict[str, Any]:
     """Run every candidate on every task at output size `k`; write and return the report."""
     if k < 1:
@@ -58,7 +60,7 @@ def run_benchmark(
     files: dict[str, Any] = {"trajectories": {}, "scores": {}}
     workers = workers or default_workers()
     for spec in specs:
-        candidate = build_candidate(spec, backend, k, harness_overrides, model_options)
+        candidate = build_candidate(spec, backend, k, harness_overrides, model_options, reranker)
         started = time.perf_counter()
         try:
             results = run_candidate(candidate, tasks, k, workers=workers, progress=progress, seed=seed, granularity=granularity)
@@ -106,8 +108,9 @@ def run_bench_command(
     split: str | None = "test",
     granularity: Granularity = "document",
     model_options: dict[str, Any] | None = None,
+    reranker: Reranker | str | Path | None = None,
 ) -> dict[str, Any]:
-    """`searchsmith bench --tasks FILE --policies P1,P2 --k K --out DIR [--limit N]`.
+    """`searchsmith bench --tasks FILE --policies P1,P2 --k K --out DIR [--limit N] [--reranker DIR]`.
 
     An external benchmark file (question/answer/paragraphs): the pooled corpus of the whole
     file is indexed (cached by the file's sha256) and the first `limit` questions run. A synth
@@ -116,6 +119,10 @@ def run_bench_command(
     the report.json object.
     """
     specs = split_candidates(policies)  # fail on a bad spec before minutes of indexing
+    if isinstance(reranker, (str, Path)):
+        reranker = Reranker.load(reranker)  # a bad folder fails here, named, before any indexing
+    if any(spec.rerank for spec in specs) and reranker is None:
+        raise ValueError("+rerank candidates need --reranker DIR (a cross-encoder folder, e.g. a customer's reranker_checkpoint)")
     if limit is not None and limit < 1:
         raise ValueError("limit must be >= 1")
     names = [spec.name for spec in specs]
@@ -143,5 +150,6 @@ def run_bench_command(
         }
     return run_benchmark(
         tasks, backend, names, k, out_dir, progress=progress, workers=workers, seed=seed,
-        harness_overrides=harness_overrides, config=config, granularity=granularity, model_options=model_options,
+        harness_overrides=harness_overrides, config={**config, "reranker": str(reranker.path) if reranker else None},
+        granularity=granularity, model_options=model_options, reranker=reranker,
     )

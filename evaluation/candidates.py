@@ -1,5 +1,6 @@
 """Candidate specs -> runnable candidates: `bm25`, `dense`, `hybrid`, any policy spec
-(`heuristic`, `openai:URL#MODEL`, `transformers:PATH`), and `SPEC@N` for Nx mode.
+(`heuristic`, `openai:URL#MODEL`, `transformers:PATH`), `SPEC@N` for Nx mode, and `SPEC+rerank`
+for any of them with selection by a reranker (`agent.selection`).
 
 Why one runnable shape (`run(question, task_id, seed) -> Trajectory`): the runner, the scorer
 and the trajectory files then treat a baseline, a 1x agent and an Nx agent identically. An Nx
@@ -12,14 +13,19 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from agent.selection import SelectionSettings, select
 from agent.trajectory import Trajectory
 from evaluation.baselines import BASELINES, SingleShotBaseline
 from search.backend import SearchBackend
+from search.reranker import Reranker
 
 _NX = re.compile(r"^(?P<spec>.+)@(?P<n>\d+)$")
+RERANK_SUFFIX = "+rerank"
+# Documents a single-shot baseline hands to the reranker: its top documents at this depth.
+RERANK_BASELINE_DOCS = 20
 
 
 class Runnable(Protocol):
@@ -33,8 +39,9 @@ class Runnable(Protocol):
 @dataclass(frozen=True)
 class CandidateSpec:
     name: str  # as written by the user, the report's key
-    policy: str  # the spec without the @N suffix
+    policy: str  # the spec without the @N and +rerank suffixes
     n: int = 1
+    rerank: bool = False  # selection by the reranker over what the candidate surfaced
 
     @property
     def is_baseline(self) -> bool:
@@ -42,17 +49,20 @@ class CandidateSpec:
 
 
 def parse_candidate(spec: str) -> CandidateSpec:
-    """`hybrid` -> baseline; `heuristic@4` -> heuristic, N=4; `openai:http://h/v1#m@2` -> N=2."""
-    spec = spec.strip()
+    """`hybrid` -> baseline; `heuristic@4` -> heuristic, N=4; `openai:http://h/v1#m@2` -> N=2;
+    `hybrid+rerank`, `heuristic@4+rerank` -> the same with selection by the reranker."""
+    name = spec = spec.strip()
     if not spec:
         raise ValueError("empty candidate spec")
+    rerank = spec.endswith(RERANK_SUFFIX)
+    spec = spec.removesuffix(RERANK_SUFFIX)
     match = _NX.match(spec)
     policy, n = (match.group("spec"), int(match.group("n"))) if match else (spec, 1)
     if n < 1:
         raise ValueError(f"{spec}: N in POLICY@N must be >= 1")
     if policy in BASELINES and n != 1:
         raise ValueError(f"{spec}: single-shot baselines have no Nx variant")
-    return CandidateSpec(name=spec, policy=policy, n=n)
+    return CandidateSpec(name=name, policy=policy, n=n, rerank=rerank)
 
 
 def split_candidates(text: str | list[str]) -> list[CandidateSpec]:
@@ -128,14 +138,50 @@ def merge_nx(name: str, question: str, task_id: str | None, seed: int, result: A
     )
 
 
+@dataclass
+class SelectedCandidate:
+    """A candidate whose final ranking is rebuilt by selection over what it surfaced; the
+    candidate's own ranking is kept in the trajectory's metadata."""
+
+    name: str
+    inner: Any  # a Runnable
+    backend: SearchBackend
+    reranker: Reranker
+    k: int
+    settings: SelectionSettings = field(default_factory=SelectionSettings)
+
+    @property
+    def harness(self) -> Any:
+        return getattr(self.inner, "harness", None)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.inner.describe(), "selection": {"reranker": str(self.reranker.path), **asdict(self.settings)}}
+
+    def run(self, question: str, task_id: str | None = None, seed: int = 0) -> Trajectory:
+        trajectory = self.inner.run(question, task_id=task_id, seed=seed)
+        own = [doc.doc_id for doc in trajectory.final_ranking]
+        if trajectory.seen_doc_ids():
+            trajectory.final_ranking = select(trajectory, question, self.backend, self.reranker, self.k, self.settings)
+        trajectory.policy = self.name
+        trajectory.metadata = {**trajectory.metadata, "policy_ranking": own}
+        return trajectory
+
+
 def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness_overrides: dict[str, Any] | None = None,
-                    model_options: dict[str, Any] | None = None) -> Runnable:
+                    model_options: dict[str, Any] | None = None, reranker: Reranker | None = None) -> Runnable:
     """A runnable candidate; agents are told `k` as their maximum output size.
 
     A checkpoint runs under the harness profile it was trained in (its sidecar's), with the
     benchmark's `k` and overrides on top, and may write replies as long as the profile's reply
-    reserve unless `model_options` caps them.
+    reserve unless `model_options` caps them. `+rerank` candidates need `reranker`.
     """
+    if spec.rerank:
+        if reranker is None:
+            raise ValueError(f"{spec.name}: a +rerank candidate needs a reranker (searchsmith bench --reranker DIR, "
+                             "or a customer's reranker_checkpoint)")
+        depth = max(k, RERANK_BASELINE_DOCS) if spec.is_baseline else k
+        inner = build_candidate(CandidateSpec(spec.name, spec.policy, spec.n), backend, depth, harness_overrides, model_options)
+        return SelectedCandidate(spec.name, inner, backend, reranker, k)
     if spec.is_baseline:
         return SingleShotBaseline(backend, spec.policy, k)
     from agent.harness import Harness

@@ -16,12 +16,15 @@ from core.benchmark_settings import BenchmarkSettings
 from evaluation.bench import run_bench_command, run_benchmark
 from evaluation.synth_tasks import tasks_from_synth
 from search.backend import SearchBackend
+from search.reranker import Reranker
 
 
-def benchmark_candidates(settings: BenchmarkSettings, checkpoints: list[str]) -> list[str]:
-    """The configured policies plus the training checkpoints (`all`, or the `latest` one), no repeats."""
+def benchmark_candidates(settings: BenchmarkSettings, checkpoints: list[str], has_reranker: bool = False) -> list[str]:
+    """The configured policies plus the training checkpoints (`all`, or the `latest` one), and
+    with a reranker the `rerank` policies as `POLICY+rerank`; no repeats."""
     chosen = checkpoints[-1:] if settings.checkpoints == "latest" else checkpoints
-    return list(dict.fromkeys(settings.policies + chosen))
+    reranked = [f"{policy}+rerank" for policy in settings.rerank] if has_reranker else []
+    return list(dict.fromkeys(settings.policies + reranked + chosen))
 
 
 @dataclass
@@ -38,6 +41,7 @@ def run_customer_benchmark(
     candidates: list[str],
     out_dir: Path,
     base_dir: Path,
+    reranker: Reranker | None = None,
 ) -> CustomerBenchmark:
     result = CustomerBenchmark()
     test_tasks = [task for task in tasks if task.split == "test" and task.passed_verification]
@@ -48,7 +52,7 @@ def run_customer_benchmark(
         result.reports["test"] = run_benchmark(
             tasks_from_synth(test_tasks, chunks), backend, candidates, settings.k, suite_dir, progress=False, workers=settings.workers,
             config={"suite": "verified test split", "tasks": len(test_tasks), "model_options": settings.model_options},
-            harness_overrides=settings.harness, model_options=settings.model_options,
+            harness_overrides=settings.harness, model_options=settings.model_options, reranker=reranker,
         )
         result.plots["test"] = sorted(suite_dir.glob("*.png"))
     for external in settings.external:
@@ -59,7 +63,7 @@ def run_customer_benchmark(
         suite_dir = out_dir / suite
         result.reports[suite] = run_bench_command(
             path, candidates, settings.k, suite_dir, settings.external_limit, progress=False, workers=settings.workers,
-            harness_overrides=settings.harness, model_options=settings.model_options,
+            harness_overrides=settings.harness, model_options=settings.model_options, reranker=reranker,
         )
         result.plots[suite] = sorted(suite_dir.glob("*.png"))
     return result

@@ -116,7 +116,8 @@ def cmd_bench(args) -> dict[str, Any]:
 
         backend, chunks = open_index(args.customer)
     return run_bench_command(
-        args.tasks, policies, args.k, args.out, args.limit, progress=_live(args), backend=backend, chunks=chunks, split=args.split, workers=args.workers
+        args.tasks, policies, args.k, args.out, args.limit, progress=_live(args), backend=backend, chunks=chunks, split=args.split,
+        workers=args.workers, reranker=args.reranker,
     )
 
 
@@ -138,6 +139,13 @@ def cmd_finetune(args) -> dict[str, Any]:
 
 
 def _human_finetune(payload: dict[str, Any]) -> str:
+    if payload["stage"] == "reranker":
+        dev = payload["dev"]
+        reused = " (reused: nothing changed)" if payload.get("reused") else ""
+        rows = "\n".join(f"  {row:<8} recall@k {f['recall_at_k']:.3f}  mrr {f['mrr']:.3f}" for row, f in dev.items())
+        return (f"{payload['customer']} reranker: {payload['path']}{reused}\n  {payload['train'].get('pairs')} training pairs, "
+                f"{payload['train'].get('pairs_per_s')} pairs/s; dev split ({dev['trained'].get('tasks')} tasks, hybrid's top documents reordered):\n"
+                f"{rows}\n  benchmark with: searchsmith bench --tasks FILE --policies hybrid,hybrid+rerank,heuristic+rerank --reranker {payload['path']} --out DIR")
     metrics = ", ".join(f"{k} {v:.4g}" for k, v in payload["metrics"].items() if isinstance(v, (int, float)) and not isinstance(v, bool))
     reused = " (reused: nothing changed)" if payload.get("reused") else ""
     return (f"{payload['customer']} {payload['stage']}: adapter {payload['adapter_path']}{reused}\n"
@@ -301,16 +309,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("tasks", cmd_tasks, _human_tasks, "generate, verify and split synthetic search tasks").add_argument("customer")
     bench = add("bench", cmd_bench, _human_bench, "benchmark policies on a task file; writes report.json, report.md and plots")
     bench.add_argument("--tasks", required=True, help="external benchmark JSONL (question/answer/paragraphs) or synthetic tasks JSONL")
-    bench.add_argument("--policies", default="bm25,dense,hybrid,heuristic", help="comma-separated: bm25, dense, hybrid, heuristic, openai:URL#MODEL, transformers:PATH, POLICY@N")
+    bench.add_argument("--policies", default="bm25,dense,hybrid,heuristic", help="comma-separated: bm25, dense, hybrid, heuristic, openai:URL#MODEL, transformers:PATH, POLICY@N, POLICY+rerank")
     bench.add_argument("--k", type=int, default=5, help="documents every candidate returns")
     bench.add_argument("--out", required=True, help="output folder")
     bench.add_argument("--limit", type=int, default=None, help="first N questions only")
     bench.add_argument("--customer", default=None, help="for synthetic task files: the customer whose index to search")
     bench.add_argument("--split", default="test", help="for synthetic task files: which split (default test)")
     bench.add_argument("--workers", type=int, default=None, help="questions run concurrently")
+    bench.add_argument("--reranker", default=None, help="cross-encoder folder for +rerank candidates (a customer's reranker_checkpoint)")
     finetune = add("finetune", cmd_finetune, _human_finetune, "distil (SFT) and/or reinforce (CISPO) a LoRA adapter for a customer")
     finetune.add_argument("customer")
-    finetune.add_argument("--stage", choices=["sft", "rl", "all"], default="all", help="sft, rl (CISPO from the SFT adapter) or all")
+    finetune.add_argument("--stage", choices=["sft", "rl", "all", "reranker"], default="all",
+                          help="sft, rl (CISPO from the SFT adapter), all (both), or reranker (the cross-encoder for selection)")
     serve = add("serve", cmd_serve, _human_serve, "promote the best benchmarked checkpoint through the regression gate")
     serve.add_argument("customer")
     serve.add_argument("--rollback", action="store_true", help="restore the previously served policy")

@@ -10,7 +10,7 @@ from assets.index_assets import chroma_index, dense_recall_matches_brute_force, 
 from assets.resources import ArtifactStoreResource, CustomersResource, TeacherLLMResource
 from assets.serving_assets import served_model
 from assets.synth_assets import distractor_sets, enough_verified_tasks_per_split, supporting_quotes_in_documents, synthetic_tasks, verified_tasks
-from assets.training_assets import cispo_checkpoint, sft_checkpoint, sft_trajectories
+from assets.training_assets import cispo_checkpoint, reranker_beats_its_start, reranker_checkpoint, sft_checkpoint, sft_trajectories
 from orchestration.automation import corpus_change_sensor, customer_files_sensor, customer_schedules
 from orchestration.deployment import chroma_from_env
 from orchestration.jobs import (
@@ -19,6 +19,7 @@ from orchestration.jobs import (
     customer_finetune_job,
     customer_tasks_job,
     finetune_all_job,
+    finetune_reranker_job,
     finetune_rl_job,
     finetune_sft_job,
     serve_job,
@@ -27,7 +28,7 @@ from orchestration.jobs import (
 
 def build_definitions() -> dg.Definitions:
     return dg.Definitions(
-        assets=[raw_documents, chunks, chroma_index, synthetic_tasks, verified_tasks, distractor_sets,
+        assets=[raw_documents, chunks, chroma_index, synthetic_tasks, verified_tasks, distractor_sets, reranker_checkpoint,
                 sft_trajectories, sft_checkpoint, cispo_checkpoint, benchmark_report, served_model],
         asset_checks=[
             index_count_matches_chunks_check,
@@ -35,6 +36,7 @@ def build_definitions() -> dg.Definitions:
             dense_recall_matches_brute_force,
             enough_verified_tasks_per_split,
             supporting_quotes_in_documents,
+            reranker_beats_its_start,
         ],
         jobs=[
             corpus_resync_job,
@@ -42,6 +44,7 @@ def build_definitions() -> dg.Definitions:
             finetune_sft_job,
             finetune_rl_job,
             finetune_all_job,
+            finetune_reranker_job,
             customer_finetune_job,
             serve_job,
             all_assets_job,

@@ -34,6 +34,7 @@ customer_tasks_job = dg.define_asset_job(
     description="Synthetic search tasks, their verification and split, and distractor sets.",
 )
 
+RERANKER_ASSETS = ["reranker_checkpoint"]
 SFT_ASSETS = ["sft_trajectories", "sft_checkpoint"]
 RL_ASSETS = ["cispo_checkpoint"]
 
@@ -43,6 +44,15 @@ finetune_sft_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(*SFT_ASSETS),
     partitions_def=customers_partitions,
     description="Teacher trajectories, the SFT filter and a LoRA SFT checkpoint (`searchsmith finetune --stage sft`).",
+)
+
+finetune_reranker_job = dg.define_asset_job(
+    name="finetune_reranker",
+    **queue_limits("finetune_reranker"),
+    selection=dg.AssetSelection.assets(*RERANKER_ASSETS),
+    partitions_def=customers_partitions,
+    description="The customer's cross-encoder reranker on its verified tasks, checked on the dev split "
+    "(`searchsmith finetune --stage reranker`).",
 )
 
 finetune_rl_job = dg.define_asset_job(

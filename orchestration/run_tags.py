@@ -32,6 +32,7 @@ JOB_LIMIT_TAGS = {
     "finetune_sft": FINETUNE_TAG,
     "finetune_rl": FINETUNE_TAG,
     "finetune_all": FINETUNE_TAG,
+    "finetune_reranker": FINETUNE_TAG,
     "customer_finetune": FINETUNE_TAG,
     "customer_lineage": FINETUNE_TAG,
 }

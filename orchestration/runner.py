@@ -132,7 +132,7 @@ def run_tasks(customer: str) -> dict[str, Any]:
     return {"customer": customer, **task_counts(every, load_tasks(store, final_tasks_key(customer)))}
 
 
-FINETUNE_JOBS = {"sft": "finetune_sft", "rl": "finetune_rl", "all": "finetune_all"}
+FINETUNE_JOBS = {"sft": "finetune_sft", "rl": "finetune_rl", "all": "finetune_all", "reranker": "finetune_reranker"}
 
 
 def run_finetune(customer: str, stage: str) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     from training.per_customer import read_manifest
 
     if stage not in FINETUNE_JOBS:
-        raise CliError(f"unknown stage {stage!r}; use sft, rl or all")
+        raise CliError(f"unknown stage {stage!r}; use sft, rl, all or reranker")
     CustomerRegistry().get(customer)  # an unknown customer (or a bad file) is named as such, not as "no tasks"
     store = defs.resources["store"].get()
     if not store.exists(final_tasks_key(customer)):
@@ -149,6 +149,14 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     if stage == "rl" and read_manifest(store, customer, "sft") is None:
         LOG.warning("no SFT checkpoint for %s: CISPO starts from a fresh LoRA on the base model", customer)
     metadata = run_job(FINETUNE_JOBS[stage], customer)
+    if stage == "reranker":
+        from training.per_customer import read_reranker
+
+        checkpoint = read_reranker(store, customer)
+        if checkpoint is None:
+            raise CliError(f"customer {customer!r} has training.reranker.enabled: false")
+        reused = bool(metadata.get("reranker_checkpoint", {}).get("reused", False))
+        return {"customer": customer, "stage": stage, **checkpoint.to_dict(), "reused": reused}
     stages = {name: read_manifest(store, customer, name) for name in ("sft", "cispo")}
     last = stages["sft"] if stage == "sft" else stages["cispo"]
     assert last is not None  # the job succeeded, so its manifest was written

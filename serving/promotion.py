@@ -115,6 +115,8 @@ def eligibility(spec: str, settings: PromotionSettings) -> str | None:
     parsed = parse_candidate(spec)
     if parsed.is_baseline:
         return "single-shot retrieval baseline: a yardstick, not an agent policy the service can run"
+    if parsed.rerank:
+        return "selection by the reranker (+rerank) is benchmarked, not yet run by the search service"
     if parsed.n > 1 and not settings.allow_nx:
         return f"Nx variant ({parsed.n} rollouts per request); the service runs one (set allow_nx)"
     if not any(fnmatchcase(parsed.policy, pattern) for pattern in settings.eligible):

@@ -36,13 +36,13 @@ def test_definitions_hold_exactly_the_lineage_checks_jobs_schedules_and_sensors(
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
     assert {key.to_user_string() for key in graph.get_all_asset_keys()} == {
-        "raw_documents", "chunks", "chroma_index", "synthetic_tasks", "verified_tasks", "distractor_sets",
+        "raw_documents", "chunks", "chroma_index", "synthetic_tasks", "verified_tasks", "distractor_sets", "reranker_checkpoint",
         "sft_trajectories", "sft_checkpoint", "cispo_checkpoint", "benchmark_report", "served_model"}
     assert {key.name for key in graph.asset_check_keys} == {
         "index_count_matches_chunks_check", "no_duplicate_ids_check", "dense_recall_matches_brute_force",
-        "enough_verified_tasks_per_split", "supporting_quotes_in_documents"}
+        "enough_verified_tasks_per_split", "supporting_quotes_in_documents", "reranker_beats_its_start"}
     assert {job.name for job in defs.resolve_all_job_defs()} - {"__ASSET_JOB"} == {
-        "corpus_resync", "customer_tasks", "finetune_sft", "finetune_rl", "finetune_all",
+        "corpus_resync", "customer_tasks", "finetune_sft", "finetune_rl", "finetune_all", "finetune_reranker",
         "customer_finetune", "serve_model", "customer_lineage"}
     assert {sensor.name for sensor in defs.sensors} == {"customer_files_sensor", "corpus_change_sensor"}
     assert {schedule.name for schedule in defs.schedules} == {f"corpus_resync_{name.replace('-', '_')}" for name in CustomerRegistry().customers()}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,12 @@ from core.layout import (
     checkpoint_manifest_key,
     kept_trajectories_key,
     models_dir,
+    reranker_manifest_key,
     sft_dataset_prefix,
     teacher_rollouts_prefix,
 )
 from core.storage import ArtifactStore, pull_folder, push_folder
-from core.training_settings import CispoConfig, TeacherSettings, TrainingSettings
+from core.training_settings import CispoConfig, RerankerSettings, TeacherSettings, TrainingSettings
 from search.backend import SearchBackend
 
 LOG = logging.getLogger(__name__)
@@ -352,3 +353,80 @@ def train_cispo_checkpoint(
 
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
+
+
+# ---- reranker_checkpoint ------------------------------------------------------------------------
+
+
+@dataclass
+class RerankerCheckpoint:
+    """The customer's trained reranker and how it compares on the dev split: hybrid's own order,
+    the untrained start and the trained model reordering the same hybrid documents."""
+
+    customer: str
+    run_id: str
+    path: str  # local folder (a CrossEncoder)
+    key: str  # its copy in the artifact store
+    base: str
+    train: dict[str, Any]
+    dev: dict[str, dict[str, Any]]  # hybrid | start | trained -> recall_at_k, mrr, ...
+    reused: bool = False
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+
+    @property
+    def beats_start(self) -> bool:
+        trained, start = self.dev.get("trained", {}), self.dev.get("start", {})
+        return (trained.get("recall_at_k", 0.0), trained.get("mrr", 0.0)) > (start.get("recall_at_k", 0.0), start.get("mrr", 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "beats_start": self.beats_start}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RerankerCheckpoint:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def read_reranker(store: ArtifactStore, customer: str) -> RerankerCheckpoint | None:
+    key = reranker_manifest_key(customer)
+    return RerankerCheckpoint.from_dict(json.loads(store.read_text(key))) if store.exists(key) else None
+
+
+def local_reranker(store: ArtifactStore, checkpoint: RerankerCheckpoint) -> Path:
+    """The reranker's folder on this machine, pulled from the store when another worker trained it."""
+    folder = Path(checkpoint.path)
+    if not (folder / "config.json").is_file() and pull_folder(store, checkpoint.key, folder) == 0:
+        raise FileNotFoundError(f"reranker of {checkpoint.customer} is neither at {folder} nor in the store at {checkpoint.key}")
+    return folder
+
+
+def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: SearchBackend, tasks: list, chunks: Any,
+                              settings: RerankerSettings, home: Path, k: int = 5) -> RerankerCheckpoint:
+    """Train on the verified train split and judge on the dev split (`training.reranker`); an
+    identical earlier run (same start, settings and tasks) is reused, not trained again."""
+    from search.reranker import Reranker, start_model_dir
+    from training.reranker import dev_recall, train_reranker, training_pairs
+
+    train = [t for t in tasks if t.split == "train"][: settings.max_tasks]
+    dev = [t for t in tasks if t.split == "dev"][: settings.eval_tasks]
+    base = settings.base or str(start_model_dir())
+    run_id = run_identity("reranker", base, settings.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth"}),
+                          sorted(t.id for t in train), k)
+    previous = read_reranker(store, customer)
+    if previous is not None and previous.run_id == run_id:
+        try:
+            local_reranker(store, previous)
+            previous.reused = True
+            return previous
+        except FileNotFoundError:
+            LOG.warning("the reranker's files are gone; training again")
+    pairs = training_pairs(train, chunks, backend, settings)
+    out = models_dir(home, customer, "reranker", run_id)
+    run = train_reranker(pairs, settings, out)
+    figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k),
+               "start": dev_recall(Reranker.load(base), dev, chunks, backend, settings.eval_depth, k),
+               "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k)}
+    checkpoint = RerankerCheckpoint(customer, run_id, str(out.resolve()), adapter_prefix(customer, "reranker", run_id), base,
+                                    {**run.as_dict(), "train_tasks": len(train)}, figures)
+    push_folder(store, out, checkpoint.key)
+    store.write_text(reranker_manifest_key(customer), json.dumps(checkpoint.to_dict(), indent=2, default=str))
+    return checkpoint

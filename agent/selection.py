@@ -1,0 +1,80 @@
+"""Selection: the final ranking rebuilt from everything an episode surfaced, judged by a reranker.
+
+Why: an agent sees far more than it returns. On real multi-hop questions the heuristic agent
+has a supporting document somewhere in its trajectory for 96% of what it needs but returns 82%
+of them in its top 5; the loss is between finding and ranking. Selection takes every document
+the episode's tool calls returned (not only the ones the policy listed), scores each by its
+best chunk the episode saw with a cross-encoder, and fuses that order with the policy's own by
+reciprocal rank, so a document both the policy and the reranker like comes first and one the
+policy found but did not list can still make the cut.
+
+The policy's order is its final ranking followed by the other surfaced documents in the order
+they first appeared. The reranker only reorders what was surfaced: it never adds a document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agent.trajectory import RankedDocument, Trajectory
+from search.backend import SearchBackend
+from search.reranker import Reranker
+
+
+@dataclass(frozen=True)
+class SelectionSettings:
+    """`rrf_k` flattens (large) or sharpens (small) both orders; `policy_weight` 0 is the
+    reranker's order alone."""
+
+    rrf_k: float = 10.0
+    policy_weight: float = 1.0
+    max_candidates: int = 40  # surfaced documents judged per episode (policy order first)
+
+
+def policy_order(trajectory: Trajectory) -> list[str]:
+    """The policy's ranking, then every other surfaced document by first appearance."""
+    order = list(dict.fromkeys(trajectory.output_doc_ids()))
+    listed = set(order)
+    order += [doc for doc in dict.fromkeys(trajectory.seen_doc_ids()) if doc not in listed]
+    return order
+
+
+def surfaced_texts(trajectory: Trajectory, backend: SearchBackend, doc_ids: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Each document with the texts of its chunks the episode saw (all its chunks when the
+    episode only saw its id, e.g. a document named in the answer from an earlier read)."""
+    seen = set(trajectory.seen_chunk_ids())
+    candidates = []
+    for doc_id in doc_ids:
+        chunks = backend.document_chunks(doc_id)
+        texts = [hit.text for hit in chunks if hit.chunk_id in seen] or [hit.text for hit in chunks[:2]]
+        title = backend.document_title(doc_id) or ""
+        texts = [f"{title}\n{text}" if title and not text.startswith(title) else text for text in texts]
+        if texts:
+            candidates.append((doc_id, texts))
+    return candidates
+
+
+def fuse(policy: Sequence[str], judged: Sequence[str], settings: SelectionSettings) -> list[str]:
+    """Reciprocal-rank fusion of the two orders over the documents in `judged`."""
+    position = {doc: rank for rank, doc in enumerate(policy, start=1)}
+    scores = {
+        doc: 1.0 / (settings.rrf_k + rank) + settings.policy_weight / (settings.rrf_k + position.get(doc, len(policy) + 1))
+        for rank, doc in enumerate(judged, start=1)
+    }
+    return sorted(scores, key=lambda doc: (-scores[doc], position.get(doc, len(policy) + 1)))
+
+
+def select(trajectory: Trajectory, question: str, backend: SearchBackend, reranker: Reranker, k: int,
+           settings: SelectionSettings = SelectionSettings()) -> list[RankedDocument]:
+    """The top `k` of the fused order, as a final ranking (the policy's justification kept)."""
+    order = policy_order(trajectory)[: settings.max_candidates]
+    judged = reranker.order(question, surfaced_texts(trajectory, backend, order))
+    fused = fuse(order, [doc for doc, _ in judged], settings)[:k]
+    previous = {doc.doc_id: doc for doc in trajectory.final_ranking}
+    score = dict(judged)
+    return [
+        previous[doc].model_copy() if doc in previous else RankedDocument(
+            doc_id=doc, title=backend.document_title(doc) or "", justification=f"selected: reranker score {score[doc]:.3f}")
+        for doc in fused
+    ]

@@ -1,0 +1,90 @@
+"""A cross-encoder that scores (question, chunk) pairs: the judge of the selection step.
+
+Why a cross-encoder: hybrid search and the agent's own ranking score a chunk without reading it
+together with the question; a cross-encoder reads both at once, which is what telling the
+document that answers from the one that merely shares words needs. It is too slow to run over a
+whole corpus, so it only reorders what search or an episode already surfaced (tens of chunks).
+
+The weights are a local sentence-transformers `CrossEncoder` folder: a customer's fine-tuned
+reranker (`training.reranker`), any cross-encoder folder named in the customer file, or the
+packaged all-MiniLM-L6-v2 encoder with a fresh one-logit head (the untrained start; its scores
+mean nothing until it is trained). Nothing is downloaded; a model is loaded once per process.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from search.embedding_window import default_embedding_model_path
+
+MAX_LENGTH = 256  # word pieces per (question, chunk) pair: MiniLM's window
+START_SEED = 0  # the untrained start's head is drawn with this seed, so "untrained" is one model
+
+_CACHE: dict[tuple[str, str], Any] = {}
+_LOCK = threading.Lock()
+
+
+def start_model_dir() -> Path:
+    """The packaged all-MiniLM-L6-v2 folder: the reranker's default starting point."""
+    return default_embedding_model_path()
+
+
+def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = MAX_LENGTH) -> Any:
+    """The `CrossEncoder` for a local folder, loaded at most once per process and device. A folder
+    without a classification head (a bi-encoder) gets a one-logit head drawn with `START_SEED`."""
+    folder = Path(path).expanduser().resolve()
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"reranker folder not found or not a model: {path} (models are never downloaded)")
+    key = (str(folder), device)
+    with _LOCK:
+        if key not in _CACHE:
+            import torch
+            from sentence_transformers.cross_encoder import CrossEncoder
+
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(START_SEED)
+                _CACHE[key] = CrossEncoder(str(folder), num_labels=1, max_length=max_length, device=device)
+        return _CACHE[key]
+
+
+@dataclass
+class Reranker:
+    """Scores for (query, text) pairs from one cross-encoder folder; higher is more relevant."""
+
+    path: Path
+    device: str = "cpu"
+    batch_size: int = 32
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, device: str = "cpu") -> Reranker:
+        reranker = cls(Path(path) if path else start_model_dir(), device)
+        reranker.model  # noqa: B018 - load now, so a bad folder fails where it is named
+        return reranker
+
+    @property
+    def model(self) -> Any:
+        return load_cross_encoder(self.path, self.device)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        if not texts:
+            return []
+        pairs = [(query, text) for text in texts]
+        scores = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
+        return [float(s) for s in scores]
+
+    def order(self, query: str, candidates: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, float]]:
+        """Documents best first: each `(doc_id, texts)` scores as its best text (a document is as
+        relevant as the best chunk of it the episode saw)."""
+        flat = [(doc_id, text) for doc_id, texts in candidates for text in texts]
+        scores = self.score(query, [text for _, text in flat])
+        best: dict[str, float] = {}
+        for (doc_id, _), value in zip(flat, scores):
+            best[doc_id] = max(value, best.get(doc_id, float("-inf")))
+        return sorted(best.items(), key=lambda item: -item[1])

@@ -1,0 +1,163 @@
+"""A per-customer reranker trained on the customer's own verified tasks, with no human labels.
+
+Pairs: for each verified train task, the agent's query against
+- each supporting document's evidence chunk (the chunk holding its verified quote): label 1;
+- verified distractors (chunks checked not to contain the answer): label 0;
+- hybrid hard negatives (the best hybrid hits outside the task's gold documents): label 0.
+A chunk is shown as the selection step shows it (`title\\ntext`), so training and use agree.
+
+Training is sentence-transformers' `CrossEncoderTrainer` with binary cross-entropy, from the
+customer's `training.reranker.base` or the packaged all-MiniLM-L6-v2 encoder with a fresh head.
+The check that matters is on the dev split, which training never sees: hybrid's top documents
+for each dev task reordered by the trained model against the same documents reordered by the
+start, scored as recall of the gold documents in the top k.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.progress import Progress
+from core.training_settings import RerankerSettings
+from evaluation.synth_tasks import tasks_from_synth
+from search.backend import SearchBackend
+from search.reranker import Reranker, start_model_dir
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pair:
+    query: str
+    text: str
+    label: float
+
+
+def shown(title: str | None, text: str) -> str:
+    """A chunk as the selection step shows it to the reranker."""
+    return f"{title}\n{text}" if title and not text.startswith(title) else text
+
+
+def training_pairs(tasks: Sequence[Any], chunks: Any, backend: SearchBackend, settings: RerankerSettings) -> list[Pair]:
+    """Labelled pairs from verified `SynthTask`s and the customer's chunk table (see module doc)."""
+    rows = {r["chunk_id"]: r for r in chunks.select("chunk_id", "doc_id", "title", "text").iter_rows(named=True)}
+    pairs: list[Pair] = []
+    progress = Progress(LOG, "reranker pairs from tasks", len(tasks))
+    for task, bench in zip(tasks, tasks_from_synth(tasks, chunks)):
+        progress.advance()
+        query = bench.question
+        positives = [sorted(fact)[0] for fact in bench.gold.facts if fact]
+        if not positives:
+            continue
+        gold_docs = bench.gold.doc_ids
+        negatives = [d.chunk_id for d in task.distractors if d.doc_id not in gold_docs][: settings.distractors]
+        if settings.hard_negatives:
+            hard = [hit.chunk_id for hit in backend.search(query, k=max(20, settings.hard_negatives * 4)) if hit.doc_id not in gold_docs]
+            negatives += [chunk for chunk in hard if chunk not in negatives][: settings.hard_negatives]
+        for chunk_id, label in [*((c, 1.0) for c in positives), *((c, 0.0) for c in negatives)]:
+            row = rows.get(chunk_id)
+            if row is not None:
+                pairs.append(Pair(query, shown(row["title"], row["text"] or ""), label))
+    return pairs
+
+
+@dataclass
+class RerankerRun:
+    path: Path
+    base: str
+    pairs: int
+    positives: int
+    steps: int
+    train_s: float
+    pairs_per_s: float
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path)}
+
+
+def train_reranker(pairs: Sequence[Pair], settings: RerankerSettings, out_dir: Path) -> RerankerRun:
+    """Fine-tune the start on `pairs`; the model is saved in `out_dir` (a `CrossEncoder` folder)."""
+    import torch
+    from datasets import Dataset
+    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+
+    if not pairs or not any(p.label for p in pairs) or all(p.label for p in pairs):
+        raise ValueError(f"reranker training needs positive and negative pairs; got {len(pairs)} pairs "
+                         f"({sum(1 for p in pairs if p.label)} positive): too few verified train tasks?")
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    base = settings.base or str(start_model_dir())
+    shuffled = list(pairs)
+    random.Random(settings.seed).shuffle(shuffled)
+    dataset = Dataset.from_dict({"query": [p.query for p in shuffled], "text": [p.text for p in shuffled],
+                                 "label": [p.label for p in shuffled]})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        model = CrossEncoder(base, num_labels=1, max_length=settings.max_length, device="cpu" if not torch.cuda.is_available() else None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(out_dir / "trainer"), num_train_epochs=settings.epochs, per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate, warmup_ratio=settings.warmup_ratio, seed=settings.seed, data_seed=settings.seed,
+        save_strategy="no", report_to="none", dataloader_pin_memory=False, logging_steps=10, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    positives = sum(1 for p in pairs if p.label)
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, callbacks=[_progress_callback()],
+                                  loss=BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(max(1.0, (len(pairs) - positives) / positives))))
+    started = time.perf_counter()
+    result = trainer.train()
+    elapsed = time.perf_counter() - started
+    model.save_pretrained(str(out_dir))
+    return RerankerRun(path=out_dir, base=base, pairs=len(pairs), positives=positives, steps=int(result.global_step),
+                       train_s=round(elapsed, 1), pairs_per_s=round(len(pairs) * settings.epochs / elapsed, 1),
+                       metrics={"train_loss": round(float(result.training_loss), 4)})
+
+
+def _progress_callback() -> Any:
+    """Reports `reranker step N/M, loss L` as the trainer logs (the CLI's status line shows it)."""
+    from transformers import TrainerCallback
+
+    class StepLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                LOG.info("reranker step %d/%d, loss %.3f", state.global_step, state.max_steps, float(logs["loss"]))
+
+    return StepLog()
+
+
+def dev_recall(reranker: Reranker | None, tasks: Sequence[Any], chunks: Any, backend: SearchBackend, depth: int, k: int,
+               progress: Progress | None = None) -> dict[str, float]:
+    """Recall of gold documents in the top `k` of hybrid's top `depth` documents per task,
+    reordered by `reranker` (None: hybrid's own order), and the mean reciprocal rank of the
+    first gold document; scoring pairs/s is reported for the reranker."""
+    recalls, reciprocal, pairs, seconds = [], [], 0, 0.0
+    progress = progress or Progress(LOG, f"reranker dev check ({'trained' if reranker else 'hybrid'})", len(tasks))
+    for bench in tasks_from_synth(tasks, chunks):
+        hits = backend.search(bench.question, k=depth * 4)
+        docs: dict[str, list[str]] = {}
+        for hit in hits:
+            if hit.doc_id in docs or len(docs) < depth:
+                docs.setdefault(hit.doc_id, []).append(shown(hit.title, hit.text))
+        order = list(docs)
+        if reranker is not None:
+            started = time.perf_counter()
+            order = [doc for doc, _ in reranker.order(bench.question, list(docs.items()))]
+            seconds += time.perf_counter() - started
+            pairs += sum(len(texts) for texts in docs.values())
+        gold = bench.gold.doc_ids
+        recalls.append(len(gold & set(order[:k])) / len(gold) if gold else 0.0)
+        first = next((rank for rank, doc in enumerate(order, start=1) if doc in gold), None)
+        reciprocal.append(1.0 / first if first else 0.0)
+        progress.advance()
+    n = max(1, len(recalls))
+    figures = {"recall_at_k": round(sum(recalls) / n, 4), "mrr": round(sum(reciprocal) / n, 4), "tasks": len(recalls)}
+    if reranker is not None and seconds:
+        figures["score_pairs_per_s"] = round(pairs / seconds, 1)
+    return figures
