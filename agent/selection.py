@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from agent.trajectory import RankedDocument, Trajectory
 from search.backend import SearchBackend
-from search.reranker import Reranker
+from search.reranker import Reranker, pair_text
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def surfaced_texts(trajectory: Trajectory, backend: SearchBackend, doc_ids: Sequ
         chunks = backend.document_chunks(doc_id)
         texts = [hit.text for hit in chunks if hit.chunk_id in seen] or [hit.text for hit in chunks[:2]]
         title = backend.document_title(doc_id) or ""
-        texts = [f"{title}\n{text}" if title and not text.startswith(title) else text for text in texts]
+        texts = [pair_text(title, text) for text in texts]
         if texts:
             candidates.append((doc_id, texts))
     return candidates

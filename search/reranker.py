@@ -14,6 +14,8 @@ mean nothing until it is trained). Nothing is downloaded; a model is loaded once
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,9 +29,29 @@ _CACHE: dict[tuple[str, str], Any] = {}
 _LOCK = threading.Lock()
 
 
+def pair_text(title: str | None, text: str) -> str:
+    """A chunk as the reranker reads it, in training and in use alike: its title, then its text."""
+    return f"{title}\n{text}" if title and not text.startswith(title) else text
+
+
 def start_model_dir() -> Path:
     """The packaged all-MiniLM-L6-v2 folder: the reranker's default starting point."""
     return default_embedding_model_path()
+
+
+@contextmanager
+def fresh_head_quietly() -> Iterator[None]:
+    """Build a CrossEncoder without transformers' load report: a bi-encoder folder has no
+    classification head by design (the start gets a seeded one), and the report of the "missing"
+    head is noise on a terminal (`make demo`)."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
 
 
 def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = MAX_LENGTH) -> Any:
@@ -44,7 +66,7 @@ def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = 
             import torch
             from sentence_transformers.cross_encoder import CrossEncoder
 
-            with torch.random.fork_rng(devices=[]):
+            with torch.random.fork_rng(devices=[]), fresh_head_quietly():
                 torch.manual_seed(START_SEED)
                 _CACHE[key] = CrossEncoder(str(folder), num_labels=1, max_length=max_length, device=device)
         return _CACHE[key]

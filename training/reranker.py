@@ -4,7 +4,7 @@ Pairs: for each verified train task, the agent's query against
 - each supporting document's evidence chunk (the chunk holding its verified quote): label 1;
 - verified distractors (chunks checked not to contain the answer): label 0;
 - hybrid hard negatives (the best hybrid hits outside the task's gold documents): label 0.
-A chunk is shown as the selection step shows it (`title\\ntext`), so training and use agree.
+A chunk is read as the selection step reads it (`search.reranker.pair_text`), so training and use agree.
 
 Training is sentence-transformers' `CrossEncoderTrainer` with binary cross-entropy, from the
 customer's `training.reranker.base` or the packaged all-MiniLM-L6-v2 encoder with a fresh head.
@@ -27,7 +27,7 @@ from core.progress import Progress
 from core.training_settings import RerankerSettings
 from evaluation.synth_tasks import tasks_from_synth
 from search.backend import SearchBackend
-from search.reranker import Reranker, start_model_dir
+from search.reranker import Reranker, fresh_head_quietly, pair_text, start_model_dir
 
 LOG = logging.getLogger(__name__)
 
@@ -37,11 +37,6 @@ class Pair:
     query: str
     text: str
     label: float
-
-
-def shown(title: str | None, text: str) -> str:
-    """A chunk as the selection step shows it to the reranker."""
-    return f"{title}\n{text}" if title and not text.startswith(title) else text
 
 
 def training_pairs(tasks: Sequence[Any], chunks: Any, backend: SearchBackend, settings: RerankerSettings) -> list[Pair]:
@@ -63,7 +58,7 @@ def training_pairs(tasks: Sequence[Any], chunks: Any, backend: SearchBackend, se
         for chunk_id, label in [*((c, 1.0) for c in positives), *((c, 0.0) for c in negatives)]:
             row = rows.get(chunk_id)
             if row is not None:
-                pairs.append(Pair(query, shown(row["title"], row["text"] or ""), label))
+                pairs.append(Pair(query, pair_text(row["title"], row["text"] or ""), label))
     return pairs
 
 
@@ -99,7 +94,7 @@ def train_reranker(pairs: Sequence[Pair], settings: RerankerSettings, out_dir: P
     random.Random(settings.seed).shuffle(shuffled)
     dataset = Dataset.from_dict({"query": [p.query for p in shuffled], "text": [p.text for p in shuffled],
                                  "label": [p.label for p in shuffled]})
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), fresh_head_quietly():
         torch.manual_seed(settings.seed)
         model = CrossEncoder(base, num_labels=1, max_length=settings.max_length, device="cpu" if not torch.cuda.is_available() else None)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +139,7 @@ def dev_recall(reranker: Reranker | None, tasks: Sequence[Any], chunks: Any, bac
         docs: dict[str, list[str]] = {}
         for hit in hits:
             if hit.doc_id in docs or len(docs) < depth:
-                docs.setdefault(hit.doc_id, []).append(shown(hit.title, hit.text))
+                docs.setdefault(hit.doc_id, []).append(pair_text(hit.title, hit.text))
         order = list(docs)
         if reranker is not None:
             started = time.perf_counter()
