@@ -85,7 +85,8 @@ def reranker_checkpoint(
     return dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(checkpoint.path), "run_id": checkpoint.run_id, "reused": checkpoint.reused, "base": checkpoint.base,
         "train": dg.MetadataValue.json(train), "dev": dg.MetadataValue.json(checkpoint.dev), "beats_start": checkpoint.beats_start,
-        **{f"dev/{row}/{metric}": float(value) for row, figures in checkpoint.dev.items() for metric, value in figures.items()},
+        # trained first: the console's step line shows the first figures
+        **{f"dev/{row}/{metric}": float(value) for row in ("trained", "start", "hybrid") for metric, value in checkpoint.dev[row].items()},
         **{f"train/{key}": float(train[key]) for key in ("pairs", "pairs_per_s", "train_s") if key in train},
     })
 
