@@ -173,10 +173,17 @@ def remember(path: Path, key: dict[str, Any], row: dict[str, Any]) -> dict[str, 
     return row
 
 
+def model_options(size: Size) -> dict[str, Any]:
+    """What every model row runs with (and what its cached row is keyed by): the size's reply cap,
+    and turns that stop once they loop (agent.policies.runaway), named so rows measured before the
+    guard existed are not reused."""
+    return {"max_new_tokens": size.max_new_tokens, "stop_runaway": True}
+
+
 def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
     from evaluation.bench import run_benchmark
 
-    options = {"max_new_tokens": size.max_new_tokens} if spec.startswith("transformers:") else None
+    options = model_options(size) if spec.startswith("transformers:") else None
     key = {"spec": spec, "tasks": [t.task_id for t in tasks], "overrides": overrides, "options": options, "k": K}
     if (row := cached(out / name / "row.json", key)) is not None:
         print(f"  {name}: reused (answer found {row['answer_found']:.3f})", file=sys.stderr)
@@ -184,14 +191,14 @@ def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str
     started = time.perf_counter()
     report = run_benchmark(tasks, backend, [spec], K, out / name, progress=False, workers=EPISODE_WORKERS,
                            harness_overrides=overrides, model_options=options)
-    key = next(iter(report["policies"]))  # the candidate's report name
-    summary = report["policies"][key]
+    name_key = next(iter(report["policies"]))  # the candidate's report name
+    summary = report["policies"][name_key]
     row = {
         "row": name, "policy": spec, "n": summary["n"],
         "answer_found": summary["answer_found"], "answer_found_ci": summary["intervals"]["answer_found"],
         "recall": summary["recall"], "recall_ci": summary["intervals"]["recall"],
         "mean_prompt_tokens": summary.get("mean_prompt_tokens"), "wall_s": round(time.perf_counter() - started, 1),
-        **episode_shares(report["files"]["trajectories"][key]),
+        **episode_shares(report["files"]["trajectories"][name_key]),
     }
     print(f"  {name}: answer found {row['answer_found']:.3f}, parseable {row['parseable_final']:.2f}, {row['wall_s']:.0f} s", file=sys.stderr)
     return remember(out / name / "row.json", key, row)
@@ -203,12 +210,12 @@ def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -
     from evaluation.bench import run_benchmark
     from evaluation.reward import reward
 
-    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "options": {"max_new_tokens": size.max_new_tokens}, "k": K}
+    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "options": model_options(size), "k": K}
     if (row := cached(out / f"synth-{name}" / "row.json", key)) is not None:
         return row
     started = time.perf_counter()
     report = run_benchmark(tasks, backend, [spec], K, out / f"synth-{name}", progress=False, workers=EPISODE_WORKERS,
-                           model_options={"max_new_tokens": size.max_new_tokens})
+                           model_options=model_options(size))
     name_key = next(iter(report["policies"]))
     gold = {task.task_id: task.gold for task in tasks}
     values = [reward(t, gold[t.task_id], beta=2.0, k=K).reward for t in read_jsonl(report["files"]["trajectories"][name_key])]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.policies.prefix_cache import PrefixCache, stacked_cache
+from agent.policies.runaway import RunawayStop
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_LENGTH_RATIO = 1.5
@@ -38,6 +39,7 @@ class GreedyTurn:
 
     prompt_ids: list[int]
     max_new_tokens: int
+    stop_runaway: bool = False  # stop the row once it loops (agent.policies.runaway)
     done: threading.Event = field(default_factory=threading.Event)
     completion_ids: list[int] = field(default_factory=list)
     logits: Any = None  # [len(completion_ids), vocab], the logits each completion token was chosen from
@@ -85,8 +87,10 @@ class GenerationBatcher:
         max_batch: int = DEFAULT_MAX_BATCH,
         length_ratio: float = DEFAULT_LENGTH_RATIO,
         prefix_cache: PrefixCache | None = None,
+        tokenizer: Any = None,
     ):
         self.model = model
+        self.tokenizer = tokenizer  # decodes rows for the runaway guard; None turns the guard off
         self.prefix_cache = prefix_cache
         self.pad_token_id = pad_token_id if pad_token_id is not None else (eos_token_ids[0] if eos_token_ids else 0)
         self.eos_token_ids = list(eos_token_ids)
@@ -98,9 +102,9 @@ class GenerationBatcher:
         self._ready = threading.Condition()
         self._worker: threading.Thread | None = None
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GreedyTurn:
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, *, stop_runaway: bool = False) -> GreedyTurn:
         """Queue one turn and wait for it; raises what generation raised."""
-        turn = GreedyTurn(list(prompt_ids), max(1, max_new_tokens))
+        turn = GreedyTurn(list(prompt_ids), max(1, max_new_tokens), stop_runaway)
         with self._ready:
             self._pending.append(turn)
             if self._worker is None or not self._worker.is_alive():
@@ -162,6 +166,9 @@ class GenerationBatcher:
                     states = [self.prefix_cache.states(turn.prompt_ids[:-1]) for turn in batch]
                     if all(state is not None for state in states):
                         extra["cache"] = stacked_cache(states, width - 1)
+                watched = {row for row, turn in enumerate(batch) if turn.stop_runaway}
+                if watched and self.tokenizer is not None:
+                    extra["stopping_criteria"] = [RunawayStop(self.tokenizer, width, watched)]
                 out = self.model.generate(
                     input_ids=torch.tensor(rows, device=device),
                     attention_mask=torch.tensor(mask, device=device),

@@ -224,6 +224,19 @@ def parse_harmony(text: str, id_prefix: str = "call") -> ParsedReply:
     return reply
 
 
+def distinct_calls(calls: list[ToolCall]) -> list[ToolCall]:
+    """`calls` without repeats of an earlier call (same tool, same arguments): a model that
+    loops writes one call many times and means it once."""
+    seen: set[str] = set()
+    kept = []
+    for call in calls:
+        key = json.dumps([call.name, call.arguments, call.raw_arguments], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            kept.append(call)
+    return kept
+
+
 def parse_reply(text: str, chat_format: str = "chatml", id_prefix: str = "call") -> ParsedReply:
     """Parse a completion in the model family's format: `harmony` (gpt-oss) or the Hermes/ChatML
     family (`parse_tool_calls`, every other value)."""

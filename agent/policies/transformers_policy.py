@@ -31,7 +31,8 @@ from typing import Any
 from agent.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
 from agent.policies.model_family import chat_format_of, load_options, prepare_tokenizer
 from agent.policies.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCache
-from agent.policies.tool_parsing import parse_reply
+from agent.policies.runaway import RunawayStop
+from agent.policies.tool_parsing import distinct_calls, parse_reply
 from agent.policy_base import Message, PolicyStep
 from core.base_models import profile_for
 
@@ -56,7 +57,7 @@ class LoadedModel:
         with _CACHE_LOCK:
             if self._batcher is None:
                 self._batcher = GenerationBatcher(self.model, pad_token_id=self.pad_token_id,
-                                                  eos_token_ids=self.eos_token_ids, lock=self.lock,
+                                                  eos_token_ids=self.eos_token_ids, lock=self.lock, tokenizer=self.tokenizer,
                                                   max_batch=generation_batch_size(),
                                                   prefix_cache=PrefixCache(self.model, prefix_cache_tokens()) if prefix_cache_tokens() else None)
             return self._batcher
@@ -274,6 +275,7 @@ class TransformersPolicy:
         *,
         dtype: str | None = None,
         name: str | None = None,
+        stop_runaway: bool = True,
     ):
         self.model_path = str(model_path_or_dir)
         self.adapter_path = str(adapter_path) if adapter_path else None
@@ -282,6 +284,7 @@ class TransformersPolicy:
         self.seed = seed
         self.device = device
         self.dtype = dtype
+        self.stop_runaway = stop_runaway  # end a turn once it loops (agent.policies.runaway)
         self.name = name or f"transformers:{self.model_path}" + (f"+{self.adapter_path}" if self.adapter_path else "")
         self._loaded: LoadedModel | None = None
 
@@ -356,12 +359,14 @@ class TransformersPolicy:
         if self.temperature > 0:
             completion, logits = self._sample(lm, input_ids, max_new, seed)
         else:
-            turn = lm.batcher().generate(input_ids[0].tolist(), max_new)
+            turn = lm.batcher().generate(input_ids[0].tolist(), max_new, stop_runaway=self.stop_runaway)
             completion, logits = turn.completion_ids, turn.logits
         logprobs = completion_logprobs(logits, completion, self.temperature)
         raw_text = lm.tokenizer.decode(completion, skip_special_tokens=False)
         text = strip_end_markers(raw_text, lm.tokenizer, lm.eos_token_ids)
         parsed = parse_reply(text, lm.chat_format, id_prefix=id_prefix)
+        if self.stop_runaway:
+            parsed.tool_calls = distinct_calls(parsed.tool_calls)
         error = parsed.error
         if not parsed.tool_calls and parsed.content is None and error is None:
             error = "empty completion"
@@ -401,6 +406,7 @@ class TransformersPolicy:
         )
         model = lm.model
         device = next(model.parameters()).device
+        stop = [RunawayStop(lm.tokenizer, int(input_ids.shape[1]))] if self.stop_runaway else None
         rng_devices = [device] if device.type == "cuda" else []
         with lm.lock, torch.random.fork_rng(devices=rng_devices), torch.inference_mode():
             torch.manual_seed(seed)
@@ -411,6 +417,7 @@ class TransformersPolicy:
                     input_ids=input_ids.to(device),
                     attention_mask=torch.ones_like(input_ids).to(device),
                     generation_config=config,
+                    stopping_criteria=stop,
                 )
             finally:
                 model.train(was_training)
