@@ -89,9 +89,12 @@ class ChromaResource(dg.ConfigurableResource):
         return path
 
 
-class TeacherLLMResource(dg.ConfigurableResource):
-    """The teacher LLM client; endpoint and model come from each customer's `teacher:` section,
-    shared limits (retries, backoff) from here. Calls are cached in the artifact store."""
+class LLMResource(dg.ConfigurableResource):
+    """Clients for a customer's `teacher:` endpoint (`llm.client.LLMClient`): endpoint, model,
+    key variable, timeout, retries and concurrency come from the customer file, shared limits
+    (backoff, sampling temperature for generation) from here. Two instances of this class are
+    defined: `teacher_llm` (task generation, replies cached in the artifact store) and
+    `policy_llm` (the teacher as a tool-calling policy for SFT trajectories)."""
 
     backoff_s: float = 1.0
     backoff_max_s: float = 30.0
@@ -99,12 +102,12 @@ class TeacherLLMResource(dg.ConfigurableResource):
 
     def for_customer(self, config: CustomerConfig):
         """None when the customer has no teacher endpoint (the offline generators are used)."""
-        from synth.llm import TeacherLLM
+        from llm.client import LLMClient
 
         teacher = config.teacher
         if teacher is None:
             return None
-        return TeacherLLM(
+        return LLMClient(
             base_url=teacher.base_url,
             model=teacher.model,
             api_key_env=teacher.api_key_env,

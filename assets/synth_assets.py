@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.index_assets import chroma_index, open_index
 from assets.partitions import customers_partitions
-from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource, TeacherLLMResource
+from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource, LLMResource
 from core.layout import documents_key, synthetic_key, verified_key
 from synth.checks import enough_tasks_per_split, supporting_quotes_found
 from synth.per_customer import load_tasks, run_distractors, run_synthesis, run_verification_split
@@ -32,7 +32,7 @@ def synthetic_tasks(
     store: ArtifactStoreResource,
     chroma: ChromaResource,
     customers: CustomersResource,
-    teacher_llm: TeacherLLMResource,
+    teacher_llm: LLMResource,
 ) -> dg.MaterializeResult:
     name, config, settings = _setup(context, customers)
     llm = teacher_llm.for_customer(config)
@@ -98,7 +98,7 @@ def distractor_sets(
     store: ArtifactStoreResource,
     chroma: ChromaResource,
     customers: CustomersResource,
-    teacher_llm: TeacherLLMResource,
+    teacher_llm: LLMResource,
 ) -> dg.MaterializeResult:
     name, config, settings = _setup(context, customers)
     tasks = run_distractors(name, store.get(), open_index(name, store, chroma, customers), settings, teacher_llm.for_customer(config))

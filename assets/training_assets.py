@@ -13,7 +13,7 @@ from agent.policies.transformers_policy import read_adapter_sidecar
 from assets.index_assets import open_index
 from assets.metadata import training_numbers
 from assets.partitions import customers_partitions
-from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource
+from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource, LLMResource
 from assets.synth_assets import distractor_sets
 from core.layout import chunks_key, final_tasks_key, kept_trajectories_key, sft_dataset_prefix
 from evaluation.per_customer import png_markdown
@@ -117,13 +117,15 @@ def reranker_beats_its_start(context: dg.AssetCheckExecutionContext, store: Arti
     "Context-1's recall filter keeps the trajectories to distil. Resumes per rollout; a datasets folder too.",
 )
 def sft_trajectories(
-    context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource
+    context: dg.AssetExecutionContext, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource,
+    policy_llm: LLMResource,
 ) -> dg.MaterializeResult:
     name = context.partition_key
     config = customers.get(name)
     settings = config.training
     tasks = _train_split(name, store, settings.teacher.max_tasks)
-    policy, teacher = teacher_policy(config, settings.teacher, max_docs=student_harness(settings).max_output_docs)
+    policy, teacher = teacher_policy(config, settings.teacher, max_docs=student_harness(settings).max_output_docs,
+                                     llm=policy_llm.for_customer(config))
     context.log.info(f"teacher {teacher}: {settings.teacher.k_rollouts} rollout(s) on {len(tasks)} train tasks")
     with tempfile.TemporaryDirectory() as folder:
         data = collect_sft_trajectories(name, store.get(), open_index(name, store, chroma, customers), tasks, policy,

@@ -7,7 +7,7 @@ import dagster as dg
 from assets.benchmark_assets import benchmark_report
 from assets.corpus_assets import chunks, raw_documents
 from assets.index_assets import chroma_index, dense_recall_matches_brute_force, index_count_matches_chunks_check, no_duplicate_ids_check
-from assets.resources import ArtifactStoreResource, CustomersResource, TeacherLLMResource
+from assets.resources import ArtifactStoreResource, CustomersResource, LLMResource
 from assets.serving_assets import served_model
 from assets.synth_assets import distractor_sets, enough_verified_tasks_per_split, supporting_quotes_in_documents, synthetic_tasks, verified_tasks
 from assets.training_assets import cispo_checkpoint, reranker_beats_its_start, reranker_checkpoint, sft_checkpoint, sft_trajectories
@@ -55,7 +55,8 @@ def build_definitions() -> dg.Definitions:
             "store": ArtifactStoreResource(location=dg.EnvVar("SEARCHSMITH_ARTIFACTS").get_value("") or ""),
             "customers": CustomersResource(),
             "chroma": chroma_from_env(),  # embedded unless SEARCHSMITH_CHROMA_MODE says otherwise
-            "teacher_llm": TeacherLLMResource(),
+            "teacher_llm": LLMResource(temperature=0.7),  # task generation samples for variety
+            "policy_llm": LLMResource(temperature=0.0),  # the teacher policy sets its own sampling per request
         },
     )
 

@@ -18,6 +18,7 @@ from typing import Any
 from core.layout import benchmark_summary_key, serving_manifest_key
 from core.serving_settings import ServingSettings
 from core.storage import ArtifactStore
+from llm.vllm_admin import VLLMAdmin
 from serving.promotion import PromotionDecision, decide, record_for
 from serving.served_state import NOTHING_SERVED_POLICY, ServedRecord, load_served, promote, rollback
 from serving.serving_manifest import ServingManifest, load_manifest, manifest_for, write_manifest
@@ -60,8 +61,6 @@ class ServingOutcome:
 def deploy(store: ArtifactStore, record: ServedRecord | None, customer: str, settings: ServingSettings) -> ServingManifest | None:
     """Make `record` reachable: load its adapter into the customer's vLLM server (when configured),
     unload the customer's previous adapter there, and rewrite the serving manifest."""
-    from training.rollout_engine import VLLMRolloutEngine
-
     previous = load_manifest(store, customer)
     if record is None:
         if previous is not None:
@@ -78,7 +77,7 @@ def deploy(store: ArtifactStore, record: ServedRecord | None, customer: str, set
         url += "/v1"
     manifest = manifest_for(record, server_url=url, tool_call_parser=parser)
     if url is not None and manifest.adapter_name:
-        client = VLLMRolloutEngine(url, manifest.adapter_name, api_key_env=settings.vllm_api_key_env)
+        client = VLLMAdmin(url, api_key_env=settings.vllm_api_key_env)
         loaded = client.models()
         if manifest.adapter_name not in loaded:
             seconds = client.load_adapter(manifest.adapter_name, record.adapter_path)

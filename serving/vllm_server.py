@@ -40,6 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.base_models import profile_for, profile_from_config, read_model_config
+from llm.vllm_admin import VLLMAdmin
 from serving.served_state import ServedRecord
 from serving.serving_manifest import adapter_name
 
@@ -212,7 +213,7 @@ class VLLMServer:
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._started_at = 0.0
-        self._lora: Any = None
+        self._admin: VLLMAdmin | None = None
 
     # ---- addresses ----------------------------------------------------------------------------
     @property
@@ -270,9 +271,9 @@ class VLLMServer:
 
     def stop(self) -> int | None:
         """SIGTERM to the server's process group, SIGKILL after the grace period; returns the exit code."""
-        if self._lora is not None:
-            self._lora.close()
-            self._lora = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
         if self.process is None:
             return None
         if self.process.poll() is None:
@@ -335,10 +336,7 @@ class VLLMServer:
 
     def models(self) -> list[str]:
         """The model names the server answers to: the base model and every loaded adapter."""
-        response = self._get("/v1/models")
-        if response.status_code != 200:
-            raise VLLMServerError(f"GET /v1/models failed ({response.status_code}): {response.text[:500]}")
-        return [item["id"] for item in response.json().get("data", [])]
+        return self.admin().models()
 
     def is_ready(self) -> bool:
         """`/v1/models` lists the base model: requests will be served."""
@@ -348,19 +346,17 @@ class VLLMServer:
             return False
 
     # ---- adapters -----------------------------------------------------------------------------
-    def _lora_client(self) -> Any:
-        if self._lora is None:
-            from training.rollout_engine import VLLMRolloutEngine
-
-            self._lora = VLLMRolloutEngine(self.base_url, self.config.model_name(), timeout=300.0)
-        return self._lora
+    def admin(self) -> VLLMAdmin:
+        if self._admin is None:
+            self._admin = VLLMAdmin(self.base_url, timeout=300.0)
+        return self._admin
 
     def load_adapter(self, name: str, path: str | Path) -> float:
         """Load a LoRA adapter into the running server under `name`; returns the seconds it took."""
-        return self._lora_client().load_adapter(name, path)
+        return self.admin().load_adapter(name, path)
 
     def unload_adapter(self, name: str) -> float:
-        return self._lora_client().unload_adapter(name)
+        return self.admin().unload_adapter(name)
 
     def swap_adapter(self, name: str, path: str | Path, previous: str | None = None) -> str:
         """Load `path` as `name`, then unload `previous` (a customer's older version); returns `name`.

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 
+from llm.client import LLMClient
 from search.backend import SearchBackend
 from synth.corpus_view import CorpusView
 from synth.explore import LoopResult, LoopSettings, ToolRunner, run_tool_loop
-from synth.llm import TeacherLLM
 from synth.packs import PromptPack
 from synth.schema import GeneratedExtension, SupportingItem, SynthTask
 
@@ -46,7 +46,7 @@ def compose_extension(previous: SynthTask, extension: GeneratedExtension) -> Syn
 
 
 def extend_with_llm(
-    llm: TeacherLLM,
+    llm: LLMClient,
     backend: SearchBackend,
     corpus: CorpusView,
     pack: PromptPack,

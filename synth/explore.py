@@ -4,7 +4,7 @@ The teacher gets the seed document and two tools over the customer's index,
 `search_corpus(query)` and `read_document(doc_id)`, and works until it replies with the task
 as JSON. This is deliberately simpler than the training harness (no token budget, no pruning,
 no exclusion of seen chunks): the teacher is a strong model writing data, not the policy being
-trained. Every turn is one cached `TeacherLLM.chat` call; tool results are deterministic for a
+trained. Every turn is one cached `LLMClient.chat` call; tool results are deterministic for a
 given index, so a rerun replays the same conversation from the cache without paying.
 
 A reply that is not the JSON asked for gets one corrective user turn per remaining turn; the
@@ -21,9 +21,9 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from agent.tools import render_chunk
+from llm.client import ChatReply, LLMClient, LLMError, ReplyParseError
 from search.backend import SearchBackend
 from synth.corpus_view import CorpusView
-from synth.llm import ChatReply, LLMError, ReplyParseError, TeacherLLM
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -104,7 +104,7 @@ def _assistant_message(reply: ChatReply) -> dict[str, Any]:
 
 
 def run_tool_loop(
-    llm: TeacherLLM,
+    llm: LLMClient,
     runner: ToolRunner,
     messages: list[dict[str, Any]],
     output: type[M],

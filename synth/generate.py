@@ -8,10 +8,10 @@ only) + `apply_splits`, summarized as a `TaskGenResult` whose `summary()` is exa
 
 Two generators share everything downstream of generation:
 - `extractive` (offline, no LLM): `synth.extractive`, verified by code with the same rules;
-- `llm`: the explore-and-generate loop over a `TeacherLLM`, verified by extraction.
+- `llm`: the explore-and-generate loop over a `LLMClient`, verified by extraction.
 Seeds are chosen by a seeded hash order over eligible documents, so the same seed and corpus
 pick the same seeds. With a store, every finished LLM seed is recorded (`synth.records`) and
-every teacher reply cached (`synth.cache`): a rerun skips finished seeds and pays for nothing
+every teacher reply cached (`llm.cache`): a rerun skips finished seeds and pays for nothing
 it already asked.
 """
 
@@ -30,14 +30,14 @@ import polars as pl
 from core.progress import Progress
 from core.storage import ArtifactStore
 from core.task_settings import TaskGenConfig
+from llm.cache import ResponseCache
+from llm.client import LLMClient
 from search.backend import SearchBackend
-from synth.cache import ResponseCache
 from synth.chaining import compose_extension, extend_with_llm
 from synth.corpus_view import CorpusView
 from synth.distractors import attach_distractors
 from synth.explore import LoopSettings, ToolRunner, run_tool_loop, seed_message
 from synth.extractive import ExtractiveGenerator
-from synth.llm import TeacherLLM
 from synth.llm_verification import llm_answer_checker, verify_by_extraction
 from synth.packs import PromptPack, load_pack, pack_fingerprint
 from synth.records import SeedRecords
@@ -142,7 +142,7 @@ def _from_generated(value: GeneratedTask, seed_doc_id: str, generator: str, doma
                      supporting_items=items, seed_doc_id=seed_doc_id, generator=generator, domain=domain).with_id()
 
 
-def _llm_seed(seed_doc_id: str, corpus: CorpusView, backend: SearchBackend, llm: TeacherLLM, pack: PromptPack,
+def _llm_seed(seed_doc_id: str, corpus: CorpusView, backend: SearchBackend, llm: LLMClient, pack: PromptPack,
               config: TaskGenConfig) -> list[SynthTask]:
     generator = f"llm:{llm.model}"
     settings = LoopSettings(max_turns=config.max_turns, search_k=config.search_k, read_chars=config.read_chars)
@@ -170,7 +170,7 @@ def _llm_seed(seed_doc_id: str, corpus: CorpusView, backend: SearchBackend, llm:
     return tasks
 
 
-def synthesize_with_llm(corpus: CorpusView, backend: SearchBackend, llm: TeacherLLM, config: TaskGenConfig,
+def synthesize_with_llm(corpus: CorpusView, backend: SearchBackend, llm: LLMClient, config: TaskGenConfig,
                         store: ArtifactStore | None, prefix: str, pack: PromptPack | None = None) -> SynthesisResult:
     """Teacher-generated tasks, one seed per worker; finished seeds are recorded and skipped on rerun."""
     pack = pack or load_pack(config.domain)
@@ -206,13 +206,13 @@ def synthesize_with_llm(corpus: CorpusView, backend: SearchBackend, llm: Teacher
     return result
 
 
-def synthesize_tasks(corpus: CorpusView, backend: SearchBackend | None, config: TaskGenConfig, llm: TeacherLLM | None = None,
+def synthesize_tasks(corpus: CorpusView, backend: SearchBackend | None, config: TaskGenConfig, llm: LLMClient | None = None,
                      store: ArtifactStore | None = None, prefix: str = "synth") -> SynthesisResult:
     """Stage 1 (+ verification and chaining, which need each other): generated tasks, failures kept."""
     if config.generator == "extractive":
         return synthesize_extractive(corpus, config)
     if llm is None:
-        raise ValueError("generator 'llm' needs a TeacherLLM (customer file: teacher endpoint)")
+        raise ValueError("generator 'llm' needs a LLMClient (customer file: teacher endpoint)")
     if backend is None:
         raise ValueError("generator 'llm' needs the customer's search index")
     return synthesize_with_llm(corpus, backend, llm, config, store, prefix)
@@ -222,7 +222,7 @@ def synthesize_tasks(corpus: CorpusView, backend: SearchBackend | None, config: 
 
 
 def attach_all_distractors(tasks: list[SynthTask], backend: SearchBackend, config: TaskGenConfig,
-                           llm: TeacherLLM | None = None) -> list[SynthTask]:
+                           llm: LLMClient | None = None) -> list[SynthTask]:
     """Distractors for every verified task (failed tasks pass through untouched)."""
     checker = llm_answer_checker(llm, load_pack(config.domain)) if llm is not None and config.llm_distractor_check else None
 
@@ -256,7 +256,7 @@ def generate_tasks(
     documents: pl.DataFrame | None,
     backend: SearchBackend | None,
     config: TaskGenConfig,
-    llm: TeacherLLM | None = None,
+    llm: LLMClient | None = None,
     store: ArtifactStore | None = None,
     *,
     prefix: str = "synth",

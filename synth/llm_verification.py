@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from llm.client import LLMClient, LLMError, ReplyParseError
 from search.backend import Hit
 from synth.corpus_view import CorpusView
 from synth.distractors import AnswerChecker, CheckOutcome
-from synth.llm import LLMError, ReplyParseError, TeacherLLM
 from synth.packs import PromptPack
 from synth.quotes import QuoteMatcher
 from synth.schema import AnswerCheck, ExtractedQuotes, SupportingItem, SynthTask
@@ -36,7 +36,7 @@ def _extract_messages(pack: PromptPack, task: SynthTask, doc_id: str, document: 
 
 
 def extract_item(
-    llm: TeacherLLM,
+    llm: LLMClient,
     pack: PromptPack,
     task: SynthTask,
     item: SupportingItem,
@@ -72,7 +72,7 @@ def extract_item(
 
 
 def verify_by_extraction(
-    llm: TeacherLLM,
+    llm: LLMClient,
     pack: PromptPack,
     task: SynthTask,
     corpus: CorpusView,
@@ -98,7 +98,7 @@ def verify_by_extraction(
     return keep_matched_quotes(checked, corpus) if checked.passed_verification else checked
 
 
-def llm_answer_checker(llm: TeacherLLM, pack: PromptPack, *, attempts: int = 2, passage_chars: int = 6000) -> AnswerChecker:
+def llm_answer_checker(llm: LLMClient, pack: PromptPack, *, attempts: int = 2, passage_chars: int = 6000) -> AnswerChecker:
     """A distractor check by extraction: reject chunks that state the answer in any form."""
 
     def check(task: SynthTask, hit: Hit) -> CheckOutcome:

@@ -27,11 +27,11 @@ from core.layout import (
 )
 from core.storage import ArtifactStore, push_folder
 from core.task_settings import TaskGenConfig
-from synth.cache import ResponseCache
+from llm.cache import ResponseCache
+from llm.client import LLMClient
 from synth.corpus_view import CorpusView
 from synth.export import distractor_table, save_dataset, tasks_from_jsonl, tasks_to_jsonl
 from synth.generate import SynthesisResult, attach_all_distractors, summarize, synthesize_tasks
-from synth.llm import TeacherLLM
 from synth.schema import SynthTask
 from synth.split import apply_splits
 
@@ -40,7 +40,7 @@ def load_tasks(store: ArtifactStore, key: str) -> list[SynthTask]:
     return tasks_from_jsonl(store.read_text(key)) if store.exists(key) else []
 
 
-def run_synthesis(customer: str, store: ArtifactStore, backend, config: TaskGenConfig, llm: TeacherLLM | None) -> tuple[list[SynthTask], dict[str, Any]]:
+def run_synthesis(customer: str, store: ArtifactStore, backend, config: TaskGenConfig, llm: LLMClient | None) -> tuple[list[SynthTask], dict[str, Any]]:
     """Generate + verify + chain; failed tasks are kept with their reason. Resumes from seed records."""
     chunks = store.read_parquet(chunks_key(customer))
     documents = store.read_parquet_or_none(documents_key(customer))
@@ -65,7 +65,7 @@ def run_verification_split(customer: str, store: ArtifactStore, config: TaskGenC
     return tasks
 
 
-def run_distractors(customer: str, store: ArtifactStore, backend, config: TaskGenConfig, llm: TeacherLLM | None) -> list[SynthTask]:
+def run_distractors(customer: str, store: ArtifactStore, backend, config: TaskGenConfig, llm: LLMClient | None) -> list[SynthTask]:
     verified = load_tasks(store, verified_key(customer))
     run_llm = llm.clone(cache=llm.cache or ResponseCache(store, llm_cache_prefix(customer))) if llm is not None else None
     with_distractors = attach_all_distractors(verified, backend, config, run_llm)

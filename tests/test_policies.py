@@ -335,7 +335,7 @@ def test_policies_pickle_without_their_clients_or_models(tiny_dir):
     remote = OpenAIPolicy("http://127.0.0.1:9/v1", "m", timeout=3)
     remote.client()
     copy = pickle.loads(pickle.dumps(remote))
-    assert copy._client is None and copy.client().timeout == 3 and copy.name == remote.name
+    assert copy._client is None and copy.client().timeout_s == 3 and copy.name == remote.name
     local = TransformersPolicy(str(tiny_dir), max_new_tokens=3)
     local.loaded()
     clone = pickle.loads(pickle.dumps(local))
@@ -374,7 +374,7 @@ def test_openai_policy_request_and_tool_calls(monkeypatch):
     assert "internal_note" not in request["messages"][2]
     assert headers["authorization"] == "Bearer sk-test-secret"
     client = policy.client()
-    assert client.timeout == 7 and client.max_retries == 2
+    assert client.timeout_s == 7 and client.max_retries == 2 and client.usage.calls == 1  # one transport, counted
     assert "sk-test-secret" not in repr(vars(policy)) and "sk-test-secret" not in policy.name
 
 
@@ -416,14 +416,13 @@ def test_openai_policy_parses_calls_left_in_text():
 
 
 def test_openai_policy_timeout_retries_then_raises():
-    import openai
-
     from agent.policies.openai_policy import OpenAIPolicy
+    from llm.client import LLMError
 
     with ScriptedOpenAI(lambda req, n: Reply(body=completion(content="late"), delay_s=1.5)) as stub:
-        policy = OpenAIPolicy(stub.base_url, "m", timeout=0.3, max_retries=2)
+        policy = OpenAIPolicy(stub.base_url, "m", timeout=0.3, max_retries=2, backoff_s=0.1)
         started = time.monotonic()
-        with pytest.raises(openai.APITimeoutError):
+        with pytest.raises(LLMError, match="gave up after 3 attempts: APITimeoutError"):
             policy.new_episode("q").act(BASE_MESSAGES, TOOLS)
         assert stub.count == 3  # one try + two retries
         assert time.monotonic() - started < 20
@@ -436,7 +435,7 @@ def test_openai_policy_retries_server_errors_with_backoff():
         return Reply(503, {"error": {"message": "overloaded"}}) if n <= 2 else _ok(content="ok")
 
     with ScriptedOpenAI(responder) as stub:
-        step = OpenAIPolicy(stub.base_url, "m", max_retries=3).new_episode("q").act(BASE_MESSAGES, TOOLS)
+        step = OpenAIPolicy(stub.base_url, "m", max_retries=3, backoff_s=0.1).new_episode("q").act(BASE_MESSAGES, TOOLS)
         assert stub.count == 3
     assert step.content == "ok" and step.error is None
 
@@ -548,7 +547,7 @@ def test_openai_policy_against_real_server(openai_server):
     from agent.policies.openai_policy import OpenAIPolicy
 
     policy = OpenAIPolicy(openai_server.base_url, openai_server.model, timeout=300, max_retries=1, max_tokens=80, seed=0)
-    assert policy.client().timeout == 300 and policy.client().max_retries == 1
+    assert policy.client().timeout_s == 300 and policy.client().max_retries == 1
     step = policy.new_episode("q").act(FEW_SHOT, TOOLS)
     assert isinstance(step, PolicyStep) and step.prompt_tokens > 0 and step.completion_tokens > 0
     assert step.tool_calls or step.content

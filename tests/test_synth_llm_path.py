@@ -19,9 +19,9 @@ import pytest
 
 from core.storage import LocalArtifactStore
 from core.task_settings import TaskGenConfig
+from llm.client import LLMClient
 from search.backend import Hit
 from synth.generate import generate_tasks
-from synth.llm import TeacherLLM
 from synth.quotes import contains_answer
 from tests.support.openai_scripted import Reply, ScriptedOpenAI, completion
 
@@ -151,7 +151,7 @@ def teacher_env(monkeypatch):
 
 def run(server: ScriptedOpenAI, store: LocalArtifactStore):
     chunks, docs = frames()
-    llm = TeacherLLM(base_url=server.base_url, model="scripted-teacher", api_key_env="SYNTH_PATH_KEY", timeout_s=1.5,
+    llm = LLMClient(base_url=server.base_url, model="scripted-teacher", api_key_env="SYNTH_PATH_KEY", timeout_s=1.5,
                      max_retries=3, backoff_s=0.01, backoff_max_s=0.02, concurrency=3)
     config = TaskGenConfig(generator="llm", domain="web", max_seeds=5, max_hops=2, max_turns=4, distractors_per_task=3,
                            workers=3, exclude_kinds=[])
@@ -213,5 +213,5 @@ def test_llm_path_completes_records_failures_and_never_pays_twice(teacher_env, t
 
 def test_llm_generator_requires_a_teacher(tmp_path):
     chunks, docs = frames()
-    with pytest.raises(ValueError, match="needs a TeacherLLM"):
+    with pytest.raises(ValueError, match="needs a LLMClient"):
         generate_tasks(chunks, docs, WordBackend(chunks), TaskGenConfig(generator="llm"), None, None)

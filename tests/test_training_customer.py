@@ -39,9 +39,17 @@ def test_auto_teacher_is_the_customer_endpoint_when_configured_else_the_heuristi
     settings = TrainingSettings().teacher
     policy, described = teacher_policy(_customer(), settings)
     assert policy.name == "heuristic" and "offline" in described
-    endpoint = SimpleNamespace(base_url="http://127.0.0.1:9/v1", model="teacher-1", api_key_env=None, timeout_s=5.0)
+    from core.config import TeacherEndpoint
+    from llm.client import LLMClient
+
+    endpoint = TeacherEndpoint(base_url="http://127.0.0.1:9/v1", model="teacher-1", timeout_s=5.0, concurrency=3)
     policy, described = teacher_policy(_customer(teacher=endpoint), settings)
     assert "teacher-1" in policy.name and "127.0.0.1:9" in described
+    client = policy.client()  # the endpoint's limits hold for the teacher as a policy too
+    assert (client.timeout_s, client.max_retries, client.concurrency) == (5.0, endpoint.max_retries, 3)
+    held = LLMClient(base_url=endpoint.base_url, model=endpoint.model, api_key_env=None)
+    policy, _ = teacher_policy(_customer(teacher=endpoint), settings, llm=held)
+    assert policy.client() is held  # the caller's client (a Dagster resource's): its counters see every call
     with pytest.raises(ValueError, match="no `teacher:` endpoint"):
         teacher_policy(_customer(), settings.model_copy(update={"policy": "teacher"}))
 

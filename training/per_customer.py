@@ -49,6 +49,7 @@ from core.layout import (
 )
 from core.storage import ArtifactStore, pull_folder, push_folder
 from core.training_settings import CispoConfig, RerankerSettings, TeacherSettings, TrainingSettings
+from llm.client import LLMClient
 from search.backend import SearchBackend
 
 LOG = logging.getLogger(__name__)
@@ -171,11 +172,13 @@ def train_tasks(tasks: list, chunks: Any, max_tasks: int | None) -> list:
 # ---- sft_trajectories ---------------------------------------------------------------------------
 
 
-def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None = None) -> tuple[Policy, str]:
+def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None = None, llm: LLMClient | None = None) -> tuple[Policy, str]:
     """(policy, description). `policy: teacher` uses the customer's `teacher:` endpoint (tool calling);
     `auto` uses it when configured and the offline heuristic otherwise; any other value is a
     `load_policy` spec. `max_docs` (the profile's answer size) bounds the heuristic's answers: a
-    model reads the limit in its prompt, the script is told it, so no answer runs past it."""
+    model reads the limit in its prompt, the script is told it, so no answer runs past it.
+    `llm`: the endpoint's client when the caller holds one (the Dagster resource's), so its
+    limits and counters apply; otherwise one is built from the `teacher:` section."""
     from agent.policies import load_policy
 
     spec = settings.policy
@@ -186,10 +189,12 @@ def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None 
             if spec == "teacher":
                 raise ValueError(f"customer {config.name!r}: training.teacher.policy is 'teacher' but the file has no `teacher:` endpoint")
             return load_policy("heuristic", **scripted), "heuristic (offline: no teacher endpoint)"
-        options: dict[str, Any] = {"timeout": endpoint.timeout_s} if endpoint.timeout_s else {}
-        if endpoint.api_key_env:
-            options["api_key_env"] = endpoint.api_key_env
-        return load_policy(f"openai:{endpoint.base_url}#{endpoint.model}", **options), f"{endpoint.model} at {endpoint.base_url}"
+        from agent.policies.openai_policy import OpenAIPolicy
+
+        if llm is None:
+            llm = LLMClient(base_url=endpoint.base_url, model=endpoint.model, api_key_env=endpoint.api_key_env,
+                            timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries, concurrency=endpoint.concurrency)
+        return OpenAIPolicy.over(llm), f"{endpoint.model} at {endpoint.base_url}"
     return load_policy(spec, **(scripted if spec.startswith("heuristic") else {})), spec
 
 

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.policy_base import Policy
+from llm.vllm_admin import VLLMAdmin
 
 
 @dataclass(frozen=True)
@@ -145,42 +146,7 @@ class VLLMRolloutEngine:
         self.current: str | None = None  # the LoRA name rollouts use; None = the base model
         self.loaded: list[str] = []
         self.syncs: list[SyncReport] = []
-        self._http: Any = None
-
-    # ---- HTTP ---------------------------------------------------------------------------------
-    def _client(self) -> Any:
-        if self._http is None:
-            import os
-
-            import httpx
-
-            headers = {}
-            key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-            if key:
-                headers["Authorization"] = f"Bearer {key}"
-            self._http = httpx.Client(timeout=self.timeout, headers=headers)
-        return self._http
-
-    def _post(self, path: str, body: dict[str, Any]) -> None:
-        response = self._client().post(f"{self.base_url}/{path}", json=body)
-        if response.status_code >= 400:
-            raise RuntimeError(f"vLLM {path} failed ({response.status_code}): {response.text[:500]}")
-
-    def models(self) -> list[str]:
-        """What the server serves now: the base model and every loaded adapter."""
-        response = self._client().get(f"{self.base_url}/models")
-        response.raise_for_status()
-        return [model["id"] for model in response.json().get("data", [])]
-
-    def load_adapter(self, name: str, path: str | Path) -> float:
-        start = time.perf_counter()
-        self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(Path(path).resolve())})
-        return time.perf_counter() - start
-
-    def unload_adapter(self, name: str) -> float:
-        start = time.perf_counter()
-        self._post("unload_lora_adapter", {"lora_name": name})
-        return time.perf_counter() - start
+        self.admin = VLLMAdmin(self.base_url, api_key_env=api_key_env, timeout=timeout)
 
     # ---- the engine interface -----------------------------------------------------------------
     def policy(self) -> Policy:
@@ -200,13 +166,13 @@ class VLLMRolloutEngine:
         model.save_pretrained(str(folder))
         save_s = time.perf_counter() - start
         size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-        load_s = self.load_adapter(name, folder)
+        load_s = self.admin.load_adapter(name, folder)
         self.current = name
         self.loaded.append(name)
         unload_s = 0.0
         while len(self.loaded) > self.keep_versions + 1:
             old = self.loaded.pop(0)
-            unload_s += self.unload_adapter(old)
+            unload_s += self.admin.unload_adapter(old)
             _remove_tree(Path(work_dir) / "vllm_sync" / old)
         report = SyncReport(time.perf_counter() - start, save_s, load_s, unload_s, name, size)
         self.syncs.append(report)
@@ -215,13 +181,11 @@ class VLLMRolloutEngine:
     def close(self) -> None:
         for name in self.loaded:
             try:
-                self.unload_adapter(name)
+                self.admin.unload_adapter(name)
             except Exception:  # the server may already be gone; nothing to release then
                 pass
         self.loaded.clear()
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        self.admin.close()
 
 
 def _remove_tree(path: Path) -> None:

@@ -2,8 +2,9 @@
 
 Why one client for everything remote: teachers (hosted APIs), vLLM-served checkpoints and
 `transformers serve` all speak this protocol, so distillation, RL rollouts on vLLM and
-benchmarks of served models share one code path. The `openai` package gives timeouts and
-retries with exponential backoff (connection errors, 408/409/429/5xx) for free.
+benchmarks of served models share one code path. The transport is `llm.client.LLMClient`, the
+same one the task generator's teacher uses: timeouts, retries with capped jittered backoff
+(connection errors, 408/409/425/429/5xx) and call counts are defined once.
 
 Failure policy: a reply that cannot be understood (invalid JSON arguments, a truncated call, a
 request the server rejects as too long) is recorded in `PolicyStep.error` for the trajectory;
@@ -25,17 +26,20 @@ benchmarks).
 from __future__ import annotations
 
 import json
-import os
 import threading
 from typing import Any
 
 from agent.policies.tool_parsing import TOOL_CALL_OPEN, parse_arguments, parse_tool_calls
 from agent.policies.transformers_policy import TokenizerCounter, load_tokenizer, turn_seed
 from agent.policy_base import Message, PolicyStep, TokenCounter, ToolCall
+from llm.client import LLMClient, LLMRejected
 
 # Request fields some OpenAI-compatible servers reject; dropped (once, then remembered) when a
 # 400/422 names them. `logprobs` is never dropped silently: RL depends on it.
 OPTIONAL_FIELDS = ("parallel_tool_calls", "tool_choice", "seed")
+# Episodes run in threads (a benchmark's questions, an RL group): the endpoint, not this client,
+# bounds how many turns are in flight.
+POLICY_CONCURRENCY = 64
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
@@ -91,12 +95,16 @@ class OpenAIPolicy:
         max_tokens_param: str = "max_tokens",
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 30.0,
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
         self.timeout = timeout
         self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.seed = seed
@@ -112,6 +120,15 @@ class OpenAIPolicy:
         self._client_lock = threading.Lock()
         self._dropped: set[str] = set()
 
+    @classmethod
+    def over(cls, client: LLMClient, **options: Any) -> OpenAIPolicy:
+        """A policy on a client someone already holds (a Dagster resource's): its endpoint,
+        limits, concurrency and counters are the policy's."""
+        policy = cls(client.base_url, client.model, api_key_env=client.api_key_env, timeout=client.timeout_s,
+                     max_retries=client.max_retries, backoff_s=client.backoff_s, backoff_max_s=client.backoff_max_s, **options)
+        policy._client = client
+        return policy
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_client"], state["_client_lock"]  # rebuilt on the other side of a pickle
@@ -120,15 +137,14 @@ class OpenAIPolicy:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _client=None, _client_lock=threading.Lock())
 
-    def client(self) -> Any:
-        """The `openai.OpenAI` client, built once (it is thread-safe and pools connections)."""
+    def client(self) -> LLMClient:
+        """The endpoint's client, built once (thread-safe; it pools connections)."""
         with self._client_lock:
             if self._client is None:
-                import openai
-
-                key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-                self._client = openai.OpenAI(
-                    base_url=self.base_url, api_key=key or "EMPTY", timeout=self.timeout, max_retries=self.max_retries
+                self._client = LLMClient(
+                    base_url=self.base_url, model=self.model, api_key_env=self.api_key_env, timeout_s=self.timeout,
+                    max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
+                    concurrency=POLICY_CONCURRENCY,
                 )
             return self._client
 
@@ -171,14 +187,14 @@ class OpenAIPolicy:
 
     def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str = "call") -> PolicyStep:
         """One turn against the endpoint (see the module docstring for what raises and what is recorded)."""
-        import openai
-
         kwargs = self.request(messages, tools, seed)
         for _ in range(len(OPTIONAL_FIELDS) + 1):
             try:
-                response = self.client().chat.completions.create(**kwargs)
+                response = self.client().create(**kwargs)
                 break
-            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+            except LLMRejected as exc:
+                if exc.status not in (400, 422):
+                    raise
                 rejected = [f for f in OPTIONAL_FIELDS if f in kwargs and f in str(exc)]
                 if not rejected:
                     return PolicyStep(content=None, error=f"request rejected by the server: {_short(exc)}")

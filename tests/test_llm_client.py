@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from core.storage import LocalArtifactStore
-from synth.cache import ResponseCache
-from synth.llm import LLMError, ReplyParseError, TeacherLLM, parse_json_reply
+from llm.cache import ResponseCache
+from llm.client import LLMClient, LLMError, ReplyParseError, parse_json_reply
 from tests.support.openai_scripted import Reply, ScriptedOpenAI, completion
 
 SECRET = "sk-test-never-logged-0123456789"
@@ -21,12 +21,12 @@ class Answer(BaseModel):
     answer: str
 
 
-def make_llm(server: ScriptedOpenAI, store=None, **overrides) -> TeacherLLM:
+def make_llm(server: ScriptedOpenAI, store=None, **overrides) -> LLMClient:
     settings = dict(base_url=server.base_url, model="teacher-x", api_key_env="SYNTH_TEST_KEY", timeout_s=1.5,
                     max_retries=3, backoff_s=0.01, backoff_max_s=0.05)
     settings.update(overrides)
     cache = ResponseCache(store, "acme/synth/llm_cache") if store is not None else None
-    return TeacherLLM(cache=cache, **settings)
+    return LLMClient(cache=cache, **settings)
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,7 @@ def api_key(monkeypatch):
     monkeypatch.setenv("SYNTH_TEST_KEY", SECRET)
 
 
-def ask(llm: TeacherLLM, text: str = "hello"):
+def ask(llm: LLMClient, text: str = "hello"):
     return llm.chat([{"role": "user", "content": text}])
 
 
@@ -136,7 +136,7 @@ def test_parse_json_reply_variants():
 
 
 def test_backoff_grows_and_is_capped():
-    llm = TeacherLLM(base_url="http://127.0.0.1:9/v1", model="m", backoff_s=1.0, backoff_max_s=3.0)
+    llm = LLMClient(base_url="http://127.0.0.1:9/v1", model="m", backoff_s=1.0, backoff_max_s=3.0)
     delays = [llm._backoff(attempt) for attempt in (1, 2, 3, 6)]
     assert 0.5 <= delays[0] <= 1.5 and 1.0 <= delays[1] <= 3.0 and delays[3] <= 3.0
     assert len(set(delays)) > 1  # jittered

@@ -1,4 +1,10 @@
-"""The teacher LLM: any OpenAI-compatible chat endpoint, cached, retried, bounded and counted.
+"""The one client for OpenAI-compatible chat endpoints: cached, retried, bounded and counted.
+
+Who uses it: the task generator's teacher (`chat`, `chat_json`: replies as plain records,
+cached in the artifact store) and every policy behind an endpoint (`create`: the raw
+completion, for tool calls, logprobs and token ids): a hosted teacher, a vLLM-served checkpoint,
+RL rollouts on vLLM. One transport means one definition of what is retried, what is counted and
+how a key is read, whoever calls.
 
 Why our own retry loop instead of the `openai` package's: we need the failures *counted* for
 the asset metadata and the backoff jittered and capped by us, and we must not retry a 400
@@ -29,7 +35,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from synth.cache import ResponseCache, cache_key
+from llm.cache import ResponseCache, cache_key
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,15 @@ _SETTINGS = ("base_url", "model", "api_key_env", "timeout_s", "max_retries", "ba
 
 class LLMError(RuntimeError):
     """A call that failed after its retries (or could not be retried); the message says why."""
+
+
+class LLMRejected(LLMError):
+    """The server refused the request itself (a 4xx other than the retryable ones): asking
+    again cannot help, changing the request might (`status` says which refusal)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 class ReplyParseError(ValueError):
@@ -154,7 +169,7 @@ class LLMUsage:
 USAGE_FIELDS = ("calls", "cached", "prompt_tokens", "completion_tokens", "failures", "retries", "errors", "parse_failures")
 
 
-class TeacherLLM:
+class LLMClient:
     """A cached, retried, concurrency-limited client for one model on one endpoint."""
 
     def __init__(
@@ -162,7 +177,7 @@ class TeacherLLM:
         *,
         base_url: str,
         model: str,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = "OPENAI_API_KEY",
         timeout_s: float = 120.0,
         max_retries: int = 4,
         backoff_s: float = 1.0,
@@ -196,15 +211,15 @@ class TeacherLLM:
         self._jitter = random.Random(seed if seed is not None else 0)
         self._jitter_lock = threading.Lock()
 
-    def clone(self, **overrides: Any) -> "TeacherLLM":
+    def clone(self, **overrides: Any) -> "LLMClient":
         """The same endpoint and settings with fresh usage counters (one per materialization),
         optionally another cache or setting."""
         settings = {name: getattr(self, name) for name in _SETTINGS}
         settings.update(overrides)
-        return TeacherLLM(**settings)
+        return LLMClient(**settings)
 
     def __repr__(self) -> str:
-        return f"TeacherLLM(base_url={self.base_url!r}, model={self.model!r}, api_key_env={self.api_key_env!r})"
+        return f"LLMClient(base_url={self.base_url!r}, model={self.model!r}, api_key_env={self.api_key_env!r})"
 
     def describe(self) -> dict[str, Any]:
         """Settings safe to put in asset metadata (the key's variable name, never the key)."""
@@ -217,7 +232,7 @@ class TeacherLLM:
             if self._client is None:
                 from openai import OpenAI
 
-                key = os.environ.get(self.api_key_env) or "not-needed"  # local servers take any key
+                key = (os.environ.get(self.api_key_env) if self.api_key_env else None) or "EMPTY"  # local servers take any key
                 self._client = OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout_s, max_retries=0)
             return self._client
 
@@ -279,7 +294,18 @@ class TeacherLLM:
 
     # -- transport -----------------------------------------------------------------------------
 
-    def _call_with_retries(self, messages, tools, response_format, params) -> ChatReply:
+    def create(self, **request: Any) -> Any:
+        """One `chat.completions.create(**request)`, retried on transient failures (connection
+        errors, timeouts, 408/409/425/429/5xx, bodies without choices) with capped jittered
+        backoff, and counted. Raises `LLMRejected` for a refused request, `LLMError` after the
+        retries. Not cached: a caller that replays replies keys them itself (`chat`)."""
+        try:
+            return self._create(request)
+        except LLMRejected:
+            self.usage.add(errors=1)
+            raise
+
+    def _create(self, request: dict[str, Any]) -> Any:
         last = "no attempt"
         for attempt in range(self.max_retries + 1):
             if attempt:
@@ -287,71 +313,67 @@ class TeacherLLM:
                 time.sleep(self._backoff(attempt))
             try:
                 with self._semaphore:
-                    reply = self._call_once(messages, tools, response_format, params)
-                self.usage.add(calls=1, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens)
-                return reply
-            except _Rejected as error:
-                if response_format is not None and error.status == 400 and self.structured_outputs:
-                    log.warning("endpoint rejected response_format (%s); falling back to prompt-only JSON", error)
-                    self.structured_outputs = False
-                    response_format = None
-                    continue
-                self.usage.add(errors=1)
-                raise LLMError(str(error)) from None
+                    completion = self._create_once(request)
+                usage = getattr(completion, "usage", None)
+                self.usage.add(calls=1, prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                               completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
+                return completion
             except _Transient as error:
                 last = str(error)
-                log.warning("teacher call failed (attempt %d/%d): %s", attempt + 1, self.max_retries + 1, last)
+                log.warning("call to %s failed (attempt %d/%d): %s", self.base_url, attempt + 1, self.max_retries + 1, last)
         self.usage.add(errors=1)
         raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last}")
+
+    def _call_with_retries(self, messages, tools, response_format, params) -> ChatReply:
+        request: dict[str, Any] = {"model": self.model, "messages": messages, **params}
+        if tools:
+            request["tools"] = tools
+        if self.extra_body:
+            request["extra_body"] = self.extra_body
+        if response_format is not None:
+            try:
+                return _to_reply(self._create({**request, "response_format": response_format}))
+            except LLMRejected as error:
+                if error.status != 400 or not self.structured_outputs:
+                    self.usage.add(errors=1)
+                    raise
+                log.warning("endpoint rejected response_format (%s); falling back to prompt-only JSON", error)
+                self.structured_outputs = False
+        return _to_reply(self.create(**request))
 
     def _backoff(self, attempt: int) -> float:
         with self._jitter_lock:
             jitter = 0.5 + self._jitter.random()
         return min(self.backoff_max_s, self.backoff_s * (2 ** (attempt - 1)) * jitter)
 
-    def _call_once(self, messages, tools, response_format, params) -> ChatReply:
+    def _create_once(self, request: dict[str, Any]) -> Any:
         import openai
 
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, **params}
-        if tools:
-            kwargs["tools"] = tools
-        if response_format is not None:
-            kwargs["response_format"] = response_format
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
         try:
-            completion = self._openai().chat.completions.create(**kwargs)
+            completion = self._openai().chat.completions.create(**request)
         except openai.APIStatusError as error:
             self.usage.add(failures=1)
             status = error.status_code
             if status >= 500 or status in RETRYABLE_STATUS:
                 raise _Transient(f"HTTP {status}") from None
-            raise _Rejected(status, f"HTTP {status}: {str(error)[:300]}") from None
+            raise LLMRejected(status, f"HTTP {status}: {str(error)[:300]}") from None
         except (openai.APIConnectionError, openai.APIResponseValidationError, ValueError) as error:
             self.usage.add(failures=1)
             raise _Transient(f"{type(error).__name__}: {str(error)[:200]}") from None
-        try:
-            return _to_reply(completion)
-        except _Transient:
+        choices = getattr(completion, "choices", None) or []
+        if not choices or getattr(choices[0], "message", None) is None:
             self.usage.add(failures=1)
-            raise
+            raise _Transient("reply without choices")
+        return completion
 
 
 class _Transient(Exception):
     pass
 
 
-class _Rejected(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
 def _to_reply(completion: Any) -> ChatReply:
-    """A `ChatCompletion` as our plain record; a reply without choices is a malformed body."""
-    choices = getattr(completion, "choices", None) or []
-    if not choices or getattr(choices[0], "message", None) is None:
-        raise _Transient("reply without choices")
+    """A `ChatCompletion` (with choices: `create` checked) as our plain record."""
+    choices = completion.choices
     message = choices[0].message
     calls = tuple(
         ToolCallRequest(call.id or f"call_{i}", call.function.name, call.function.arguments or "{}")
