@@ -338,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     search = add("search", cmd_search, _human_search, "ask a customer's search agent a question")
     search.add_argument("customer")
     search.add_argument("question")
-    search.add_argument("--policy", default="heuristic", help="heuristic | openai:URL#MODEL | transformers:PATH (default: heuristic)")
+    search.add_argument("--policy", default="heuristic", help="heuristic | openai:URL#MODEL | transformers:PATH, each optionally +rerank "
+                        "(selection with the customer's reranker) (default: heuristic)")
     search.add_argument("--k", type=int, default=10, help="documents to return")
     search.add_argument("--parallel", type=int, default=1, help="N independent rollouts merged by RRF")
     search.add_argument("--save", default=None, metavar="FILE", help="write the whole trajectory (JSONL, one line per rollout) for the viewer")

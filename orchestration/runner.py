@@ -107,11 +107,15 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
     """Answer from the customer's built index; the index must have been materialized (`sync`).
     `save`: a JSONL file for the whole trajectories (one line per rollout), as the viewer opens."""
     from agent.trajectory import write_jsonl
+    from evaluation.candidates import RERANK_SUFFIX
+    from orchestration.definitions import defs
+    from serving.per_customer import customer_reranker
     from serving.search import PolicyFailed, run_search
 
     index, _ = open_index(customer)
+    reranker = customer_reranker(defs.resources["store"].get(), customer) if policy_spec.endswith(RERANK_SUFFIX) else None
     try:
-        response = run_search(index, question, policy_spec, k, parallel)
+        response = run_search(index, question, policy_spec, k, parallel, reranker=reranker)
     except PolicyFailed as error:  # an unreachable endpoint is an error, never an empty answer
         raise CliError(f"{error}; check that the endpoint is up and serves the model") from None
     saved = {"saved": str(write_jsonl(response.trajectories, save))} if save else {}
@@ -237,7 +241,7 @@ def search_service_wiring() -> dict[str, Any]:
     """What the search service needs from the project: customers, their indexes, their served policies."""
     from orchestration.definitions import defs
     from serving.api import IndexUnavailable
-    from serving.per_customer import served_checkpoint, served_policy
+    from serving.per_customer import customer_reranker, served_checkpoint, served_policy
 
     store = defs.resources["store"].get()
 
@@ -251,7 +255,8 @@ def search_service_wiring() -> dict[str, Any]:
 
     return {"known_customers": KnownCustomers(CustomerRegistry()).names, "open_index": open_customer,
             "policy_for": lambda customer: served_policy(store, customer),
-            "profile_for": lambda customer: served_checkpoint(store, customer)}
+            "profile_for": lambda customer: served_checkpoint(store, customer),
+            "reranker_for": lambda customer: customer_reranker(store, customer)}
 
 
 def serve_search_api(host: str, port: int, timeout_s: float = 60.0, workers: int = 4, queue: int = 64) -> None:

@@ -38,7 +38,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from evaluation.candidates import RERANK_SUFFIX
 from search.index import HybridIndex
+from search.reranker import Reranker
 from serving.api_keys import ApiKeyStore
 from serving.search import PolicyFailed, run_search
 
@@ -276,9 +278,12 @@ def create_app(
     policy_for: Callable[[str], str] = lambda customer: "heuristic",
     limits: ApiLimits = ApiLimits(),
     profile_for: Callable[[str], str | None] = lambda customer: None,
+    reranker_for: Callable[[str], Reranker | None] = lambda customer: None,
 ) -> Starlette:
     """`profile_for(customer)`: the served checkpoint's spec, whose harness profile a policy reached
-    through an endpoint (vLLM) runs under; None when the policy spec carries its own."""
+    through an endpoint (vLLM) runs under; None when the policy spec carries its own.
+    `reranker_for(customer)`: the customer's trained reranker, asked only when the served policy
+    selects with one (`POLICY+rerank`)."""
     indexes = IndexCache(open_index, limits.index_ttl_s)
     slots = SearchSlots(limits.max_concurrent_searches + limits.max_queued_searches)
     workers = ThreadPoolExecutor(max_workers=limits.max_concurrent_searches, thread_name_prefix="searchsmith-search")
@@ -299,7 +304,8 @@ def create_app(
         except (LookupError, FileNotFoundError) as error:
             raise IndexUnavailable(str(error)) from error
         try:
-            response = run_search(index, query, policy, k, profile_spec=profile_for(customer))
+            reranker = reranker_for(customer) if policy.endswith(RERANK_SUFFIX) else None
+            response = run_search(index, query, policy, k, profile_spec=profile_for(customer), reranker=reranker)
         except PolicyFailed as error:
             raise _ApiError(502, "policy_failed", "the customer's search policy failed; see the service log") from error
         trajectory = trajectory_payload(response.trajectories[0]) if with_trajectory and response.trajectories else None
@@ -492,6 +498,7 @@ def serve_api(
     limits: ApiLimits = ApiLimits(),
     log_level: str = "info",
     profile_for: Callable[[str], str | None] = lambda customer: None,
+    reranker_for: Callable[[str], Reranker | None] = lambda customer: None,
 ) -> None:
     """Serve until interrupted (`searchsmith api --host H --port P`); request logs go to stderr as JSON lines."""
     import sys
@@ -504,5 +511,5 @@ def serve_api(
         logger.addHandler(handler)
         logger.setLevel(log_level.upper())
         logger.propagate = False
-    app = create_app(keys or ApiKeyStore(), known_customers, open_index, policy_for, limits, profile_for)
+    app = create_app(keys or ApiKeyStore(), known_customers, open_index, policy_for, limits, profile_for, reranker_for)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False, timeout_graceful_shutdown=5)

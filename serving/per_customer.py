@@ -13,16 +13,20 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.layout import benchmark_summary_key, serving_manifest_key
 from core.serving_settings import ServingSettings
 from core.storage import ArtifactStore
+from evaluation.candidates import RERANK_SUFFIX
 from llm.vllm_admin import VLLMAdmin
 from serving.promotion import PromotionDecision, decide, record_for
 from serving.served_state import NOTHING_SERVED_POLICY, ServedRecord, load_served, promote, rollback
 from serving.serving_manifest import ServingManifest, load_manifest, manifest_for, write_manifest
 from serving.vllm_server import tool_call_parser_for
+
+if TYPE_CHECKING:
+    from search.reranker import Reranker
 
 LOG = logging.getLogger(__name__)
 
@@ -128,8 +132,19 @@ def served_policy(store: ArtifactStore, customer: str) -> str:
         return NOTHING_SERVED_POLICY
     manifest = load_manifest(store, customer)
     if manifest is not None and manifest.policy == served.policy:
-        return manifest.policy_spec()
+        selection = RERANK_SUFFIX if served.policy.endswith(RERANK_SUFFIX) and manifest.server_url else ""
+        return manifest.policy_spec() + selection
     return served.policy
+
+
+def customer_reranker(store: ArtifactStore, customer: str) -> Reranker | None:
+    """The customer's trained reranker, for a served `POLICY+rerank` (None before
+    `reranker_checkpoint` has run); its model is loaded once per process and folder."""
+    from search.reranker import Reranker
+    from training.per_customer import local_reranker, read_reranker
+
+    checkpoint = read_reranker(store, customer)
+    return Reranker.load(local_reranker(store, checkpoint)) if checkpoint is not None else None
 
 
 def served_checkpoint(store: ArtifactStore, customer: str) -> str | None:

@@ -15,7 +15,8 @@ Eligibility: only what the search service can run as a policy. The single-shot b
 (`bm25`, `dense`, `hybrid`) are yardsticks, not agents: they are in every report but could
 never be served. `openai:URL#MODEL` is usually the teacher (a third party's endpoint) and is
 left out by default; add `openai:*` to `eligible` to allow it. Nx variants (`SPEC@N`) are
-excluded unless `allow_nx`, since the service runs one rollout per request.
+excluded unless `allow_nx`, since the service runs one rollout per request. `POLICY+rerank`
+(selection by the customer's reranker) is eligible when POLICY is: the service runs selection too.
 
 The served policy's numbers come from the *current* report when it was benchmarked again (same
 tasks, same index: a fair comparison), else from its record (the report it was promoted on);
@@ -115,8 +116,6 @@ def eligibility(spec: str, settings: PromotionSettings) -> str | None:
     parsed = parse_candidate(spec)
     if parsed.is_baseline:
         return "single-shot retrieval baseline: a yardstick, not an agent policy the service can run"
-    if parsed.rerank:
-        return "selection by the reranker (+rerank) is benchmarked, not yet run by the search service"
     if parsed.n > 1 and not settings.allow_nx:
         return f"Nx variant ({parsed.n} rollouts per request); the service runs one (set allow_nx)"
     if not any(fnmatchcase(parsed.policy, pattern) for pattern in settings.eligible):
@@ -256,7 +255,9 @@ def adapter_of(spec: str) -> tuple[str | None, str | None]:
     `smollm2`) is a full model. A path that cannot be read here is taken for an adapter folder
     with an unknown base (pass `base_model` to `record_for`).
     """
-    prefix, _, rest = spec.partition(":")
+    from evaluation.candidates import parse_candidate
+
+    prefix, _, rest = parse_candidate(spec).policy.partition(":")  # `+rerank` selects; the weights are the policy's
     if prefix != "transformers" or not rest:
         return None, None
     base, plus, adapter = rest.partition("+")

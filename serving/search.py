@@ -1,17 +1,26 @@
 """One search request end to end: a customer's index, a policy, the harness, a ranked answer.
 
 Shared by `searchsmith search` and the HTTP search service so both answer identically.
+
+`POLICY+rerank` runs POLICY, then rebuilds the final ranking by selection (`agent.selection`):
+the customer's trained reranker scores what the episode surfaced, fused with the policy's own
+order, exactly as the benchmark's `+rerank` candidates do, so a promoted `heuristic+rerank` is
+served as it was measured. The policy's own ranking stays in the trajectory's metadata.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.harness import Harness
 from agent.policies import checkpoint_options, harness_for, load_policy
+from agent.selection import select
 from agent.trajectory import RankedDocument, Trajectory
+from evaluation.candidates import RERANK_SUFFIX, merge_nx
 from search.index import HybridIndex
+from search.reranker import Reranker
 
 
 class PolicyFailed(RuntimeError):
@@ -42,23 +51,40 @@ def _documents(ranking: list[RankedDocument], index: HybridIndex, k: int) -> lis
 
 
 def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic", k: int = 10, parallel: int = 1, seed: int = 0,
-               profile_spec: str | None = None) -> SearchResponse:
+               profile_spec: str | None = None, reranker: Reranker | None = None) -> SearchResponse:
     """`profile_spec`: the checkpoint whose harness profile to run under when `policy_spec` does not
-    say it (a vLLM-served adapter is reached as `openai:URL#NAME`; its profile is in its sidecar)."""
+    say it (a vLLM-served adapter is reached as `openai:URL#NAME`; its profile is in its sidecar).
+    `reranker`: the customer's, required by a `POLICY+rerank` spec."""
     if not question.strip():
         raise ValueError("the question is empty")
     if k < 1 or parallel < 1:
         raise ValueError("k and parallel must be at least 1")
+    rerank = policy_spec.endswith(RERANK_SUFFIX)
+    policy_spec = policy_spec.removesuffix(RERANK_SUFFIX)
+    if rerank and reranker is None:
+        raise ValueError(f"policy {policy_spec + RERANK_SUFFIX!r} selects with the customer's reranker, and the customer "
+                         "has none yet: materialize reranker_checkpoint (searchsmith finetune CUSTOMER --stage reranker)")
+    profile_spec = profile_spec.removesuffix(RERANK_SUFFIX) if profile_spec else None
     config = harness_for(profile_spec or policy_spec, max_output_docs=k)  # a checkpoint answers under its own profile
     policy = load_policy(policy_spec, **checkpoint_options(policy_spec, config))
     with Harness(index, policy, config) as harness:
         if parallel == 1:
-            trajectory = harness.run(question, seed=seed)
-            _raise_if_every_rollout_failed(policy_spec, [trajectory])
-            return SearchResponse(_documents(trajectory.final_ranking, index, k), trajectory.summary(), [trajectory])
-        merged = harness.run_nx(question, parallel, seed=seed)
-        _raise_if_every_rollout_failed(policy_spec, merged.trajectories)
-        return SearchResponse(_documents(merged.ranking, index, k), merged.summary(), merged.trajectories)
+            trajectories = [harness.run(question, seed=seed)]
+            _raise_if_every_rollout_failed(policy_spec, trajectories)
+            answer = trajectories[0]
+        else:
+            started = time.perf_counter()
+            merged = harness.run_nx(question, parallel, seed=seed)
+            _raise_if_every_rollout_failed(policy_spec, merged.trajectories)
+            trajectories = merged.trajectories
+            answer = merge_nx(policy_spec, question, None, seed, merged, time.perf_counter() - started)
+    if rerank and answer.seen_doc_ids():
+        answer.metadata = {**answer.metadata, "policy_ranking": [doc.doc_id for doc in answer.final_ranking]}
+        answer.final_ranking = select(answer, question, index, reranker, k)
+        if parallel == 1:
+            answer.policy = policy_spec + RERANK_SUFFIX
+    summary = trajectories[0].summary() if parallel == 1 else merged.summary()
+    return SearchResponse(_documents(answer.final_ranking, index, k), summary, trajectories)
 
 
 def _raise_if_every_rollout_failed(policy_spec: str, trajectories: list[Trajectory]) -> None:

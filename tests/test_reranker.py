@@ -105,3 +105,41 @@ def test_rerank_specs_parse_and_need_a_reranker(demo_index, tmp_path):  # noqa: 
         build_candidate(spec, demo_index, 5)
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "absent")):
         Reranker.load(tmp_path / "absent")
+
+
+def test_the_search_service_serves_a_promoted_rerank_policy_as_it_was_benchmarked(trained, tasks, demo_frames, demo_index, tmp_path):  # noqa: F811
+    """`heuristic+rerank` is eligible at the gate, and the search path (CLI and HTTP service)
+    answers with the same selection the benchmark measured, from the customer's own reranker."""
+    from starlette.testclient import TestClient
+
+    from core.serving_settings import PromotionSettings
+    from serving.api import create_app
+    from serving.api_keys import ApiKeyStore
+    from serving.per_customer import customer_reranker
+    from serving.promotion import adapter_of, eligibility
+    from serving.search import run_search
+
+    store, _, checkpoint = trained
+    assert eligibility("heuristic+rerank", PromotionSettings()) is None
+    assert eligibility("hybrid+rerank", PromotionSettings()) is not None  # still a baseline underneath
+    assert adapter_of("transformers:/models/acme/sft/1a2b+rerank") == ("/models/acme/sft/1a2b", None)
+
+    reranker = customer_reranker(store, "acme")
+    assert reranker is not None and reranker.path == Reranker.load(checkpoint.path).path
+    assert customer_reranker(store, "nobody") is None
+    question = [t for t in tasks if t.split == "test"][0].question
+    measured = build_candidate(parse_candidate("heuristic+rerank"), demo_index, 5, reranker=reranker).run(question)
+    served = run_search(demo_index, question, "heuristic+rerank", k=5, reranker=reranker)
+    assert [d["doc_id"] for d in served.documents] == measured.output_doc_ids()
+    assert served.trajectories[0].metadata["policy_ranking"] == measured.metadata["policy_ranking"]
+    with pytest.raises(ValueError, match="reranker_checkpoint"):
+        run_search(demo_index, question, "heuristic+rerank", k=5)
+
+    keys = ApiKeyStore(tmp_path / "api_keys.json")
+    key = keys.create_key("acme")
+    app = create_app(keys, lambda: {"acme"}, lambda customer: demo_index, lambda customer: "heuristic+rerank",
+                     reranker_for=lambda customer: reranker)
+    reply = TestClient(app).post("/v1/search", json={"customer": "acme", "query": question, "k": 5},
+                                 headers={"Authorization": f"Bearer {key}"})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["policy"] == "heuristic+rerank" and reply.json()["documents"] == served.documents
