@@ -1,5 +1,5 @@
 """The ordered rung of the quote matcher on adversarial pages: the bounded regex it replaced
-against the linear scan it uses now (`synth.quotes.words_in_order`).
+against the linear scan it uses now (`core.text_match.words_in_order`).
 
 The page is N characters of "that " and the quote "that that that that zzzz": the first four
 words occur everywhere, the last nowhere, which is the regex's worst case (it backtracks through
@@ -15,7 +15,7 @@ import argparse
 import re
 import time
 
-from synth.quotes import QuoteMatcher, normalize_text, ordered_words, words_in_order
+from core.text_match import QuoteMatcher, normalize_text, ordered_words, words_in_order
 
 QUOTE = "that that that that zzzz"
 

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Callable
 
 from core.task_settings import TaskGenConfig
+from core.text_match import normalize_text
 from corpus.sources.local import LocalConnector
 from corpus.sync import sync_sources
 from synth.corpus_view import CorpusView, SourceDoc
 from synth.facts import fact_sentences
 from synth.generate import EXTRACTIVE_RULES, synthesize_extractive
-from synth.quotes import normalize_text
 from synth.schema import SynthTask
 from synth.verify import check_task
 

@@ -1,48 +1,19 @@
-"""Whole-word answer matching after normalization: the one definition of "contains the answer".
-
-Why whole words: a plain substring test credits "no" inside "not" and "1988" inside "19880",
-which inflates answer-found on yes/no and numeric questions. Why this normalization (SQuAD's:
-lowercase, accents folded, punctuation to spaces, articles dropped): the answer string and the
-paragraph spell the same thing with different punctuation ("Arthur's Magazine" vs "Arthur's
-magazine,"), and both sides go through the same function, so the test stays symmetric.
+"""Which documents of a task hold its answer (the answer-found metric's gold), and which answers
+say nothing about that (yes/no). Whether a text contains an answer is `core.text_match`'s
+`contains_answer`, the one definition verification and scoring share.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_NON_WORD = re.compile(r"[^\w\s]|_")
-_SPACES = re.compile(r"\s+")
+from core.text_match import answer_form, contains_answer
 
 YES_NO = frozenset({"yes", "no"})
 
 
-def normalize_text(text: str) -> str:
-    """Lowercase, fold accents, punctuation to spaces, drop articles, collapse whitespace."""
-    folded = unicodedata.normalize("NFKD", text)
-    folded = "".join(ch for ch in folded if not unicodedata.combining(ch)).lower()
-    folded = _NON_WORD.sub(" ", folded)
-    folded = _ARTICLES.sub(" ", folded)
-    return _SPACES.sub(" ", folded).strip()
-
-
-def contains_answer(text: str, answer: str) -> bool:
-    """True when the normalized answer occurs in the normalized text as whole words.
-
-    An answer that normalizes to nothing (only punctuation or articles) matches nothing: an
-    empty needle would otherwise match every document.
-    """
-    needle = normalize_text(answer)
-    if not needle:
-        return False
-    return f" {needle} " in f" {normalize_text(text)} "
-
-
 def is_yes_no(answer: str) -> bool:
-    return normalize_text(answer) in YES_NO
+    return answer_form(answer) in YES_NO
 
 
 def answer_doc_ids(answer: str, texts: Mapping[str, str], among: Iterable[str] | None = None) -> frozenset[str]:

@@ -3,21 +3,20 @@
 Gold documents are the supporting items; answer documents are the items the verifier marked
 `contains_truth` (no such item: the all-gold rule). Facts (for fact-level scoring) are, per
 supporting item, the chunks of its document that contain one of its verified `item_quotes`
-(every chunk of the document when no quote can be located in one chunk, e.g. a quote split
-across a chunk boundary). Groups are hop counts, the curriculum's axis.
+(found by the verifier's own `QuoteMatcher`, so a quote that passed verification is located by
+the same rules; every chunk of the document when no quote can be located in one chunk, e.g. a
+quote split across a chunk boundary). Groups are hop counts, the curriculum's axis.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from core.text_match import QuoteMatcher
 from evaluation.external import BenchTask
 from evaluation.metrics import Gold
-
-_SPACES = re.compile(r"\s+")
 
 
 def file_kind(path: str | Path) -> str:
@@ -51,16 +50,12 @@ def read_synth_tasks(path: str | Path, split: str | None = "test", limit: int | 
     return tasks
 
 
-def _squash(text: str) -> str:
-    return _SPACES.sub(" ", text).strip().lower()
-
-
 def tasks_from_synth(tasks: Iterable, chunks=None) -> list[BenchTask]:
     """BenchTasks from SynthTasks; `chunks` (the customer's chunk table) enables facts."""
-    by_doc: dict[str, list[tuple[str, str]]] = {}
+    by_doc: dict[str, list[tuple[str, QuoteMatcher]]] = {}
     if chunks is not None:
         for row in chunks.select("chunk_id", "doc_id", "text").iter_rows(named=True):
-            by_doc.setdefault(row["doc_id"], []).append((row["chunk_id"], _squash(row["text"] or "")))
+            by_doc.setdefault(row["doc_id"], []).append((row["chunk_id"], QuoteMatcher(row["text"] or "")))
     bench = []
     for task in tasks:
         items = task.supporting_items
@@ -68,8 +63,8 @@ def tasks_from_synth(tasks: Iterable, chunks=None) -> list[BenchTask]:
         chunk_docs: dict[str, str] = {}
         for item in items:
             doc_chunks = by_doc.get(item.id, [])
-            quotes = [_squash(q) for q in item.item_quotes if q.strip()]
-            located = {cid for cid, text in doc_chunks for q in quotes if q in text}
+            quotes = [q for q in item.item_quotes if q.strip()]
+            located = {cid for cid, matcher in doc_chunks for q in quotes if matcher.contains(q)}
             fact = located or {cid for cid, _ in doc_chunks}
             if fact:
                 facts.append(frozenset(fact))

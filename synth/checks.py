@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
-from synth.quotes import QuoteMatcher
+from core.text_match import QuoteMatcher
 from synth.schema import SPLITS, SynthTask
 
 MAX_LISTED = 20

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from core.text_match import QuoteMatcher, contains_answer
 from search.backend import Hit, SearchBackend
 from search.fusion import rrf
-from synth.quotes import QuoteMatcher, contains_answer
 from synth.schema import Distractor, RejectedDistractor, SynthTask
 
 DEFAULT_DISTRACTORS = 10

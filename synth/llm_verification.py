@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from core.text_match import QuoteMatcher
 from llm.client import LLMClient, LLMError, ReplyParseError
 from search.backend import Hit
 from synth.corpus_view import CorpusView
 from synth.distractors import AnswerChecker, CheckOutcome
 from synth.packs import PromptPack
-from synth.quotes import QuoteMatcher
 from synth.schema import AnswerCheck, ExtractedQuotes, SupportingItem, SynthTask
 from synth.verify import ItemCheck, TaskCheck, VerifyRules, apply_check, check_item, check_task, keep_matched_quotes
 

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from synth.quotes import QuoteMatcher, contains_answer
+from core.text_match import QuoteMatcher, contains_answer
 from synth.schema import SupportingItem, SynthTask
 
 QUOTE_FRACTION = 2 / 3

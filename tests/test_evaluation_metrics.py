@@ -8,7 +8,8 @@ import math
 import pytest
 
 from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
-from evaluation.answers import answer_doc_ids, contains_answer, normalize_text
+from core.text_match import answer_form, contains_answer
+from evaluation.answers import answer_doc_ids
 from evaluation.bootstrap import bootstrap_mean
 from evaluation.metrics import Gold, f_beta, score_trajectory
 
@@ -98,7 +99,7 @@ def test_whole_word_answer_matching():
     assert contains_answer("Café Müller opened", "cafe muller")
     assert contains_answer("the Beatles played", "The Beatles")
     assert not contains_answer("anything at all", "the")  # normalizes to nothing: matches nothing
-    assert normalize_text("The  Quick, brown—fox!") == "quick brown fox"
+    assert answer_form("The  Quick, brown—fox!") == "quick brown fox"
 
 
 def test_answer_doc_ids_uses_whole_words():

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from core.task_settings import TaskGenConfig
+from core.text_match import contains_answer
 from corpus.chunk_sync import ChunkerSettings, sync_chunks
 from corpus.sources.local import LocalConnector
 from corpus.sync import sync_sources
@@ -21,7 +22,6 @@ from search.embedding_window import load_token_offsets
 from synth.checks import enough_tasks_per_split, supporting_quotes_found
 from synth.corpus_view import CorpusView, SourceDoc
 from synth.generate import generate_tasks, select_seeds, synthesize_extractive, task_fingerprint
-from synth.quotes import contains_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_WIKI = ROOT / "customers" / "demo" / "wiki"

@@ -19,10 +19,10 @@ import pytest
 
 from core.storage import LocalArtifactStore
 from core.task_settings import TaskGenConfig
+from core.text_match import contains_answer
 from llm.client import LLMClient
 from search.backend import Hit
 from synth.generate import generate_tasks
-from synth.quotes import contains_answer
 from tests.support.openai_scripted import Reply, ScriptedOpenAI, completion
 
 SECRET = "sk-path-test-secret-42"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.quotes import contains_answer, match_quote, normalize_text, strip_links, text_contains_quote, words_in_order
+from core.text_match import contains_answer, match_quote, normalize_text, strip_links, text_contains_quote, words_in_order
 
 PAGE = (
     "The 1872 FA Cup Final was a football match between Wanderers and Royal Engineers on 16 March 1872\n"

@@ -1,4 +1,8 @@
-"""Does a document really contain a quote? The matching cascade of Context-1's verifier.
+"""How text is matched, defined once for task verification, distractor checks and scoring:
+whether a document contains a quote (`QuoteMatcher`, the cascade below) and whether a text
+contains an answer (`contains_answer`, at the end).
+
+Does a document really contain a quote? The matching cascade of Context-1's verifier.
 
 Why a cascade and not one fuzzy score: an LLM copying a span out of a page changes it in a few
 predictable ways (case, line breaks, a markdown link it read as plain text, typographic quotes
@@ -179,13 +183,34 @@ def text_contains_quote(text: str, quote: str) -> bool:
     return QuoteMatcher(text).contains(quote)
 
 
-def contains_answer(text: str, answer: str) -> bool:
-    """Does `answer` occur in `text` as whole words after full normalization?
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
 
-    Used for the code-level distractor check and for "the answer leaked into the clues": a
-    short answer like "12" must not match "2012", so we compare on word boundaries.
+
+def answer_form(text: str) -> str:
+    """The form answers are compared in (SQuAD's normalization, folded a little further):
+    accents folded, case folded, punctuation to spaces, articles dropped, whitespace collapsed."""
+    folded = unicodedata.normalize("NFKD", text)
+    folded = "".join(ch for ch in folded if not unicodedata.combining(ch)).casefold()
+    folded = _PUNCT.sub(" ", folded)
+    folded = _ARTICLES.sub(" ", folded)
+    return collapse_whitespace(folded)
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """Does `answer` occur in `text` (its links' targets dropped) as whole words, both sides in
+    `answer_form`? The one definition of "contains the answer": the benchmark's answer-found
+    metric and the RL reward, the verifier's "truth in the quotes" and "answer leaked into the
+    clues" checks, and the distractor check all ask this.
+
+    Why whole words: a plain substring test credits "no" inside "not" and "12" inside "2012",
+    which inflates answer found on yes/no and numeric questions and lets a leaked "12" pass as
+    absent. Why this normalization: the answer string and the paragraph spell the same thing
+    with different punctuation, case or accents ("Arthur's Magazine" vs "Arthur's magazine,"),
+    and both sides go through the same function, so the test stays symmetric. An answer that
+    normalizes to nothing (only punctuation or articles) matches nothing: an empty needle would
+    match every text.
     """
-    needle = normalize_text(answer)
+    needle = answer_form(answer)
     if not needle:
         return False
-    return f" {needle} " in f" {normalize_text(strip_links(text))} "
+    return f" {needle} " in f" {answer_form(strip_links(text))} "
