@@ -308,9 +308,8 @@ def main() -> None:
 
     synth: list[dict[str, Any]] = []
     if not args.skip_synth:
-        from evaluation.external import BenchTask  # noqa: F401 - the task type run_benchmark takes
-        from evaluation.synth_tasks import read_synth_tasks, tasks_from_synth
         from core.layout import final_tasks_key
+        from evaluation.synth_tasks import read_synth_tasks, tasks_from_synth
         from orchestration.runner import open_index
 
         index, chunks = open_index(name)

@@ -20,11 +20,12 @@ from typing import Any
 from evaluation.aggregate import summarize_scores
 from evaluation.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from evaluation.candidates import build_candidate, split_candidates
-from evaluation.external import BenchTask, file_sha256, load_external_benchmark
+from evaluation.external import file_sha256, load_external_benchmark
 from evaluation.metrics import Granularity
 from evaluation.report import write_report
 from evaluation.runner import default_workers, run_candidate, save_results
 from evaluation.synth_tasks import file_kind, read_synth_tasks, tasks_from_synth
+from evaluation.tasks import Task
 from search.backend import SearchBackend
 from search.reranker import Reranker
 
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def run_benchmark(
-    tasks: Sequence[BenchTask],
+    tasks: Sequence[Task],
     backend: SearchBackend,
     policies: Sequence[str] | str,
     k: int,

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +29,12 @@ from corpus.chunk_sync import CHUNK_SCHEMA, ChunkerSettings
 from corpus.chunking import chunk_document
 from evaluation.answers import answer_doc_ids
 from evaluation.metrics import Gold
+from evaluation.tasks import Task
 
 log = logging.getLogger(__name__)
 
 DEFAULT_OVERLAP_TOKENS = 32
 _READY = "ready.json"
-
-
-@dataclass(frozen=True)
-class BenchTask:
-    """One question with its gold, independent of where it came from (external file or synth)."""
-
-    task_id: str
-    question: str
-    gold: Gold
-    group: str = ""  # e.g. the source dataset, for per-group breakdowns
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,7 +102,7 @@ def pooled_documents(records: Sequence[ExternalRecord]) -> pl.DataFrame:
     return pl.DataFrame(list(rows.values()), schema={"doc_id": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8})
 
 
-def tasks_from_records(records: Sequence[ExternalRecord]) -> list[BenchTask]:
+def tasks_from_records(records: Sequence[ExternalRecord]) -> list[Task]:
     """Gold = the record's `is_supporting` paragraphs (paragraph level, never by title: MuSiQue
     pools repeat titles). Answer documents = gold paragraphs containing the answer; none (yes/no)
     means every gold paragraph must be returned."""
@@ -131,7 +121,7 @@ def tasks_from_records(records: Sequence[ExternalRecord]) -> list[BenchTask]:
             answer=record.answer,
             answer_doc_ids=answer_doc_ids(record.answer, texts, among=gold_ids),
         )
-        tasks.append(BenchTask(record.id, record.question, gold, source_group(record.source), {"answer": record.answer, "source": record.source}))
+        tasks.append(Task(record.id, record.question, gold, source_group(record.source), {"answer": record.answer, "source": record.source}))
     return tasks
 
 
@@ -163,7 +153,7 @@ class ExternalBenchmark:
 
     path: Path
     sha256: str
-    tasks: list[BenchTask]
+    tasks: list[Task]
     index: Any  # search.index.HybridIndex
     n_documents: int
     n_chunks: int

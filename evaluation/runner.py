@@ -26,8 +26,8 @@ from pathlib import Path
 from agent.trajectory import Trajectory, write_jsonl
 from core.progress import Progress
 from evaluation.candidates import Runnable
-from evaluation.external import BenchTask
 from evaluation.metrics import Granularity, TaskScore, score_trajectory
+from evaluation.tasks import Task
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class CandidateFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class TaskResult:
-    task: BenchTask
+    task: Task
     trajectory: Trajectory
     score: TaskScore
 
@@ -54,7 +54,7 @@ def safe_name(name: str) -> str:
 
 def run_candidate(
     candidate: Runnable,
-    tasks: Sequence[BenchTask],
+    tasks: Sequence[Task],
     k: int,
     workers: int | None = None,
     progress: bool = True,
@@ -63,7 +63,7 @@ def run_candidate(
 ) -> list[TaskResult]:
     """Every task through `candidate`, scored at output size `k`, in task order."""
 
-    def one(task: BenchTask) -> TaskResult:
+    def one(task: Task) -> TaskResult:
         trajectory = candidate.run(task.question, task_id=task.task_id, seed=seed)
         return TaskResult(task, trajectory, score_trajectory(trajectory, task.gold, k=k, granularity=granularity))
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from core.text_match import QuoteMatcher
-from evaluation.external import BenchTask
 from evaluation.metrics import Gold
+from evaluation.tasks import Task
 
 
 def file_kind(path: str | Path) -> str:
@@ -50,8 +50,8 @@ def read_synth_tasks(path: str | Path, split: str | None = "test", limit: int | 
     return tasks
 
 
-def tasks_from_synth(tasks: Iterable, chunks=None) -> list[BenchTask]:
-    """BenchTasks from SynthTasks; `chunks` (the customer's chunk table) enables facts."""
+def tasks_from_synth(tasks: Iterable, chunks=None) -> list[Task]:
+    """Tasks from SynthTasks (hops kept); `chunks` (the customer's chunk table) enables facts."""
     by_doc: dict[str, list[tuple[str, QuoteMatcher]]] = {}
     if chunks is not None:
         for row in chunks.select("chunk_id", "doc_id", "text").iter_rows(named=True):
@@ -76,5 +76,5 @@ def tasks_from_synth(tasks: Iterable, chunks=None) -> list[BenchTask]:
             facts=tuple(facts),
             chunk_docs=chunk_docs,
         )
-        bench.append(BenchTask(task.id, task.agent_query, gold, f"{task.hops}-hop", {"answer": task.truth, "domain": task.domain}))
+        bench.append(Task(task.id, task.agent_query, gold, f"{task.hops}-hop", {"answer": task.truth, "domain": task.domain}, hops=task.hops))
     return bench

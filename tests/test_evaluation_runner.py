@@ -8,10 +8,10 @@ import pytest
 
 from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn, read_jsonl
 from evaluation.aggregate import summarize_scores
-from evaluation.external import BenchTask
 from evaluation.metrics import Gold
 from evaluation.report import write_report
 from evaluation.runner import CandidateFailed, run_candidate, save_results
+from evaluation.tasks import Task
 
 
 class FakeCandidate:
@@ -37,9 +37,9 @@ class FakeCandidate:
         )
 
 
-def tasks(n: int = 8) -> list[BenchTask]:
+def tasks(n: int = 8) -> list[Task]:
     return [
-        BenchTask(f"t{i}", f"q{i}", Gold(doc_ids=frozenset({f"D{i}" if i % 2 == 0 else "X"}), answer_doc_ids=frozenset({f"D{i}"})), "even" if i % 2 == 0 else "odd")
+        Task(f"t{i}", f"q{i}", Gold(doc_ids=frozenset({f"D{i}" if i % 2 == 0 else "X"}), answer_doc_ids=frozenset({f"D{i}"})), "even" if i % 2 == 0 else "odd")
         for i in range(n)
     ]
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from evaluation.metrics import Gold
+from evaluation.tasks import Task
 from training.cispo_loss import cispo_token_loss, group_advantages, merge_stats
-from training.curriculum import Curriculum, RLTask, hop_weights, rl_task_from_bench
+from training.curriculum import Curriculum, hop_weights, hops_of
 
 
 def _leaf(values):
@@ -112,7 +113,7 @@ def test_group_advantages_normalize_and_drop_equal_groups():
 
 def test_curriculum_moves_from_low_hop_to_many_hop_tasks():
     gold = Gold(doc_ids=frozenset({"d"}))
-    tasks = [RLTask(f"t{h}-{i}", "q", gold, hops=h) for h in (1, 2, 3) for i in range(6)]
+    tasks = [Task(f"t{h}-{i}", "q", gold, hops=h) for h in (1, 2, 3) for i in range(6)]
     curriculum = Curriculum(tasks, tasks_per_step=6, total_steps=40, seed=3)
 
     def mean_hops(steps):
@@ -129,9 +130,15 @@ def test_curriculum_moves_from_low_hop_to_many_hop_tasks():
     assert curriculum.epoch(0) == 0 and curriculum.epoch(3) == 1
 
 
-def test_bench_tasks_become_rl_tasks_with_their_hops():
-    from evaluation.external import BenchTask
+def test_synthetic_tasks_keep_their_hops_as_integers_and_files_have_none():
+    from evaluation.external import ExternalRecord, tasks_from_records
+    from evaluation.synth_tasks import tasks_from_synth
+    from synth.schema import SupportingItem, SynthTask
 
-    task = rl_task_from_bench(BenchTask("x", "q?", Gold(doc_ids=frozenset({"a"})), "3-hop"))
-    assert task.hops == 3 and task.question == "q?"
-    assert rl_task_from_bench(BenchTask("y", "q?", Gold(doc_ids=frozenset()), "hotpot")).hops == 1
+    items = [SupportingItem(id=doc, contains_truth=doc == "b") for doc in ("a", "b")]
+    synthetic = SynthTask(level=1, question="Which?", truth="x", supporting_items=items, passed_verification=True).with_id()
+    [task] = tasks_from_synth([synthetic])
+    assert task.hops == synthetic.hops == 2 and task.group == "2-hop" and hops_of(task) == 2
+    record = ExternalRecord("r1", "Who?", "Ann", ({"title": "A", "text": "Ann wrote it.", "is_supporting": True},), "hotpotqa")
+    [external] = tasks_from_records([record])
+    assert external.hops is None and hops_of(external) == 1  # an external file's task: one curriculum level

@@ -22,8 +22,8 @@ import torch
 
 from agent.prompts import SYSTEM_PROMPT, tool_schemas
 from evaluation.metrics import Gold
+from evaluation.tasks import Task
 from search.backend import Hit
-from training.curriculum import RLTask
 
 DOCS = {
     "d1": ("Alpha Lighthouse", ["The Alpha Lighthouse was designed by the engineer Mara Quell in 1901."]),
@@ -61,11 +61,11 @@ class MemoryBackend:
         return self.docs[doc_id][0] if doc_id in self.docs else None
 
 
-def lighthouse_tasks() -> list[RLTask]:
+def lighthouse_tasks() -> list[Task]:
     gold = Gold(doc_ids=frozenset({"d1"}), answer="Mara Quell", answer_doc_ids=frozenset({"d1"}))
     return [
-        RLTask("t-1hop", "Who designed the Alpha Lighthouse?", gold, hops=1),
-        RLTask("t-2hop", "Which engineer designed the lighthouse on Corven Point?", gold, hops=2),
+        Task("t-1hop", "Who designed the Alpha Lighthouse?", gold, hops=1),
+        Task("t-2hop", "Which engineer designed the lighthouse on Corven Point?", gold, hops=2),
     ]
 
 

@@ -41,7 +41,7 @@ from agent.trajectory import write_jsonl
 from core.training_settings import CispoConfig
 from evaluation.reward import annealed_beta
 from search.backend import SearchBackend
-from training.curriculum import Curriculum, _mix, as_rl_tasks, steps_for_epochs
+from training.curriculum import Curriculum, _mix, hops_of, steps_for_epochs
 from training.rl_batch import sequences_from_groups, split_substeps
 from training.rl_checkpoints import (
     CHECKPOINTS,
@@ -198,7 +198,7 @@ def train_cispo(
 ) -> CispoResult:
     """Train a LoRA adapter with CISPO (module docstring); returns the final adapter and metrics.
 
-    `tasks`: `RLTask`s or `evaluation.external.BenchTask`s (hops from their `"N-hop"` group).
+    `tasks`: `evaluation.tasks.Task`s (their `hops` are the curriculum's levels).
     `engine`: default samples in-process with the model being trained; pass a
     `VLLMRolloutEngine` on GPUs. `resume`: continue from the newest checkpoint in `out_dir`
     (False starts over and deletes old checkpoints there). `on_step(step, row)` runs after each
@@ -209,7 +209,7 @@ def train_cispo(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rl_tasks = as_rl_tasks(tasks)
+    rl_tasks = list(tasks)
     if not rl_tasks:
         raise ValueError("no tasks to train on")
     total_steps = config.steps or steps_for_epochs(len(rl_tasks), config.tasks_per_step, config.epochs)
@@ -288,7 +288,7 @@ def _run_step(step: int, config: CispoConfig, model: Any, tokenizer: Any, optimi
     )
     append_jsonl(out / "crashes.jsonl", batch.crashes)
     append_jsonl(out / "rewards.jsonl", [
-        {"step": step, "task_id": r.task.task_id, "hops": r.task.hops, "index": r.index, "seed": r.seed,
+        {"step": step, "task_id": r.task.task_id, "hops": hops_of(r.task), "index": r.index, "seed": r.seed,
          "attempts": r.attempts, "trajectory_id": r.trajectory.id, "stop_reason": r.trajectory.stop_reason,
          "recall": r.score.recall, "precision": r.score.precision, **r.reward.to_dict()}
         for r in batch.rollouts])

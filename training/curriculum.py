@@ -16,40 +16,14 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from evaluation.metrics import Gold
-
-_HOPS = re.compile(r"^(\d+)-hop$")
+from evaluation.tasks import Task
 
 
-@dataclass(frozen=True)
-class RLTask:
-    """One training question: what the harness is asked, what the reward scores against."""
-
-    task_id: str
-    question: str
-    gold: Gold
-    hops: int = 1
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def rl_task_from_bench(task: Any) -> RLTask:
-    """An `RLTask` from an `evaluation.external.BenchTask` (hops from `metadata['hops']` or a
-    `"N-hop"` group, as `tasks_from_synth` writes it; 1 otherwise)."""
-    hops = task.metadata.get("hops") if isinstance(task.metadata, dict) else None
-    if hops is None:
-        match = _HOPS.match(task.group or "")
-        hops = int(match.group(1)) if match else 1
-    return RLTask(task.task_id, task.question, task.gold, int(hops), dict(task.metadata or {}))
-
-
-def as_rl_tasks(tasks: Sequence[Any]) -> list[RLTask]:
-    """Accept `RLTask`s or `BenchTask`s (anything with task_id, question, gold, group)."""
-    return [t if isinstance(t, RLTask) else rl_task_from_bench(t) for t in tasks]
+def hops_of(task: Task) -> int:
+    """The task's curriculum level: its hop count, 1 when unknown (an external benchmark's)."""
+    return task.hops or 1
 
 
 def hop_weights(levels: Sequence[int], progress: float, floor: float = 0.1) -> dict[int, float]:
@@ -70,7 +44,7 @@ class Curriculum:
     """Draws `tasks_per_step` distinct tasks for a step: a hop level by `hop_weights`, then a
     task of that level in a per-level shuffled order (so a level's tasks are used evenly)."""
 
-    def __init__(self, tasks: Sequence[RLTask], tasks_per_step: int, total_steps: int, seed: int = 0,
+    def __init__(self, tasks: Sequence[Task], tasks_per_step: int, total_steps: int, seed: int = 0,
                  enabled: bool = True, floor: float = 0.1):
         if not tasks:
             raise ValueError("the curriculum needs at least one task")
@@ -84,7 +58,7 @@ class Curriculum:
         self.floor = floor
         self.by_level: dict[int, list[int]] = {}
         for index, task in enumerate(self.tasks):
-            self.by_level.setdefault(task.hops, []).append(index)
+            self.by_level.setdefault(hops_of(task), []).append(index)
         # Each level is walked in an order fixed by (seed, level), so its tasks are used evenly.
         self.order = {
             level: sorted(ids, key=lambda i, level=level: random.Random(_mix(seed, level, i)).random())
@@ -105,7 +79,7 @@ class Curriculum:
             return {level: n / total for level, n in counts.items()}
         return hop_weights(list(self.by_level), self.progress(step), self.floor)
 
-    def tasks_for_step(self, step: int) -> list[RLTask]:
+    def tasks_for_step(self, step: int) -> list[Task]:
         rng = random.Random(_mix(self.seed, step))
         weights = self.weights(step)
         want = min(self.tasks_per_step, len(self.tasks))
@@ -119,10 +93,10 @@ class Curriculum:
             chosen.append(next(i for i in rotated if i not in chosen))
         return [self.tasks[i] for i in chosen]
 
-    def hop_mix(self, tasks: Sequence[RLTask]) -> dict[str, int]:
+    def hop_mix(self, tasks: Sequence[Task]) -> dict[str, int]:
         mix: dict[str, int] = {}
         for task in tasks:
-            mix[f"{task.hops}-hop"] = mix.get(f"{task.hops}-hop", 0) + 1
+            mix[f"{hops_of(task)}-hop"] = mix.get(f"{hops_of(task)}-hop", 0) + 1
         return dict(sorted(mix.items()))
 
 

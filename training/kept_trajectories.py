@@ -114,7 +114,7 @@ def filter_trajectories(
 
 
 def golds_for_tasks(tasks: Sequence[Any], chunks: Any = None) -> dict[str, Gold]:
-    """Task id -> gold for `SynthTask`s (through the benchmark's own conversion) or `BenchTask`s."""
+    """Task id -> gold for `SynthTask`s (through the benchmark's own conversion) or `Task`s."""
     from evaluation.synth_tasks import tasks_from_synth
 
     golds: dict[str, Gold] = {}

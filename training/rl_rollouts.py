@@ -33,9 +33,10 @@ from agent.trajectory import Trajectory
 from core.training_settings import DEFAULT_EPS, DEFAULT_REWARD_K
 from evaluation.metrics import Granularity, TaskScore, score_trajectory
 from evaluation.reward import RewardBreakdown, reward_from_score
+from evaluation.tasks import Task
 from search.backend import SearchBackend
 from training.cispo_loss import group_advantages
-from training.curriculum import RLTask, _mix
+from training.curriculum import _mix, hops_of
 
 
 class RolloutCrashed(RuntimeError):
@@ -48,7 +49,7 @@ class RolloutCrashed(RuntimeError):
 
 @dataclass
 class Rollout:
-    task: RLTask
+    task: Task
     index: int
     seed: int
     trajectory: Trajectory
@@ -59,7 +60,7 @@ class Rollout:
 
 @dataclass
 class RolloutGroup:
-    task: RLTask
+    task: Task
     rollouts: list[Rollout]
     advantages: list[float] | None  # None: all rewards equal, the group is dropped
 
@@ -101,12 +102,12 @@ def crash_reason(trajectory: Trajectory) -> str | None:
     return trajectory.error
 
 
-def run_with_retries(harness: Harness, task: RLTask, index: int, step: int, seed: int, max_retries: int,
+def run_with_retries(harness: Harness, task: Task, index: int, step: int, seed: int, max_retries: int,
                      crashes: list[dict[str, Any]]) -> tuple[Trajectory, int, int]:
     """One rollout; crashed attempts are appended to `crashes` and retried with a fresh seed."""
     for attempt in range(max_retries + 1):
         episode_seed = rollout_seed(seed, step, task.task_id, index, attempt)
-        metadata = {"rl_step": step, "group_index": index, "attempt": attempt, "hops": task.hops}
+        metadata = {"rl_step": step, "group_index": index, "attempt": attempt, "hops": hops_of(task)}
         try:
             trajectory = harness.run(task.question, seed=episode_seed, task_id=task.task_id, metadata=metadata)
             reason = crash_reason(trajectory)
@@ -126,7 +127,7 @@ def run_with_retries(harness: Harness, task: RLTask, index: int, step: int, seed
 def collect_rollouts(
     policy: Any,
     backend: SearchBackend,
-    tasks: Sequence[RLTask],
+    tasks: Sequence[Task],
     *,
     group_size: int = 8,
     harness_config: HarnessConfig | None = None,
@@ -178,7 +179,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
 
     by_hops: dict[str, list[float]] = {}
     for r in rollouts:
-        by_hops.setdefault(f"{r.task.hops}-hop", []).append(r.reward.reward)
+        by_hops.setdefault(f"{hops_of(r.task)}-hop", []).append(r.reward.reward)
     return {
         "reward_mean": mean(rewards),
         "reward_std": pstdev(rewards) if len(rewards) > 1 else 0.0,

@@ -75,7 +75,7 @@ class TeacherRollouts:
 
 
 def task_fields(task: Any) -> tuple[str, str]:
-    """(task id, question) of a `synth.schema.SynthTask` or an `evaluation.external.BenchTask`."""
+    """(task id, question) of a `synth.schema.SynthTask` or an `evaluation.external.Task`."""
     task_id = getattr(task, "task_id", None) or getattr(task, "id", None)
     if not task_id:
         raise ValueError(f"task without an id: {task!r:.120}")
