@@ -78,19 +78,6 @@ def split_candidates(text: str | list[str]) -> list[CandidateSpec]:
     return specs
 
 
-MODEL_PREFIXES = ("transformers:", "openai:")
-
-
-def resolve_policy(spec: str, model_options: dict[str, Any] | None = None):
-    """The `Policy` for a spec, through the policies package's factory (one parser of specs).
-    `model_options` (e.g. `max_new_tokens`) go to model-backed policies only: they bound what a
-    model may cost on CPU without changing the scripted baselines."""
-    from agent.policies import load_policy
-
-    options = dict(model_options or {}) if spec.startswith(MODEL_PREFIXES) else {}
-    return load_policy(spec, **options)
-
-
 @dataclass
 class AgentCandidate:
     """The harness with one policy, 1x or Nx (rankings merged by RRF), output size `k`."""
@@ -184,9 +171,7 @@ def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness
         return SelectedCandidate(spec.name, inner, backend, reranker, k)
     if spec.is_baseline:
         return SingleShotBaseline(backend, spec.policy, k)
-    from agent.harness import Harness
-    from agent.policies import checkpoint_options, harness_for
+    from agent.environment import open_harness
 
-    config = harness_for(spec.policy, **{"max_output_docs": k, **(harness_overrides or {})})
-    options = checkpoint_options(spec.policy, config, model_options)
-    return AgentCandidate(name=spec.name, harness=Harness(backend, resolve_policy(spec.policy, options), config), n=spec.n, spec=spec.policy)
+    harness = open_harness(spec.policy, backend, model_options=model_options, **{"max_output_docs": k, **(harness_overrides or {})})
+    return AgentCandidate(name=spec.name, harness=harness, n=spec.n, spec=spec.policy)

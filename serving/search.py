@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.harness import Harness
-from agent.policies import checkpoint_options, harness_for, load_policy
+from agent.environment import open_harness
 from agent.selection import select
 from agent.trajectory import RankedDocument, Trajectory
 from evaluation.candidates import RERANK_SUFFIX, merge_nx
@@ -65,9 +64,7 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
         raise ValueError(f"policy {policy_spec + RERANK_SUFFIX!r} selects with the customer's reranker, and the customer "
                          "has none yet: materialize reranker_checkpoint (searchsmith finetune CUSTOMER --stage reranker)")
     profile_spec = profile_spec.removesuffix(RERANK_SUFFIX) if profile_spec else None
-    config = harness_for(profile_spec or policy_spec, max_output_docs=k)  # a checkpoint answers under its own profile
-    policy = load_policy(policy_spec, **checkpoint_options(policy_spec, config))
-    with Harness(index, policy, config) as harness:
+    with open_harness(policy_spec, index, profile_spec=profile_spec, max_output_docs=k) as harness:
         if parallel == 1:
             trajectories = [harness.run(question, seed=seed)]
             _raise_if_every_rollout_failed(policy_spec, trajectories)

@@ -12,6 +12,8 @@ from typing import Any
 
 from agent.policy_base import Policy
 
+# Specs of policies backed by a model (their options bound generation; scripted policies take none).
+MODEL_PREFIXES = ("transformers:", "openai:")
 # spec prefix -> (module, factory function taking (spec_rest, **options))
 _MODEL_POLICIES: dict[str, tuple[str, str]] = {
     "openai": ("agent.policies.openai_policy", "policy_from_spec"),
@@ -39,7 +41,7 @@ def load_policy(spec: str, **options: Any) -> Policy:
     raise ValueError(f"unknown policy {spec!r}; use heuristic, openai:URL#MODEL or transformers:PATH")
 
 
-__all__ = ["checkpoint_options", "checkpoint_profile", "checkpoint_training", "harness_for", "load_policy"]
+__all__ = ["MODEL_PREFIXES", "checkpoint_options", "checkpoint_profile", "checkpoint_training", "harness_for", "load_policy"]
 
 
 def checkpoint_profile(spec: str) -> dict[str, Any] | None:

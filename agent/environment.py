@@ -1,0 +1,29 @@
+"""The one way to run a named policy over a backend: the harness under the policy's own profile.
+
+Why one entry point: a checkpoint must run under the harness profile it was trained in (its
+sidecar's budget, view and reply reserve), with the caller's settings (a benchmark's `k` and turn
+cap, a request's `k`) on top, and may write replies as long as that profile's reserve. The
+benchmark's candidates and the search service (CLI and HTTP) both open their harness here, so a
+policy is measured under exactly the settings it is served under.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.harness import Harness
+from agent.policies import MODEL_PREFIXES, checkpoint_options, harness_for, load_policy
+from search.backend import SearchBackend
+
+
+def open_harness(spec: str, backend: SearchBackend, *, profile_spec: str | None = None,
+                 model_options: dict[str, Any] | None = None, **overrides: Any) -> Harness:
+    """A harness running `spec` over `backend`.
+
+    `profile_spec`: the checkpoint whose profile to use when `spec` does not carry one (a
+    vLLM-served adapter is reached as `openai:URL#NAME`; its profile is in its sidecar).
+    `model_options` (e.g. `max_new_tokens`) go to model-backed policies only: they bound what a
+    model may cost without changing the scripted ones. `overrides` are harness settings."""
+    config = harness_for(profile_spec or spec, **overrides)
+    options = dict(model_options or {}) if spec.startswith(MODEL_PREFIXES) else {}
+    return Harness(backend, load_policy(spec, **checkpoint_options(spec, config, options)), config)
