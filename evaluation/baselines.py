@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agent.policy_spec import BASELINES
 from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 from search.backend import Hit, SearchBackend
 
-BASELINES = ("bm25", "dense", "hybrid")
 CANDIDATE_DEPTH = 50  # chunks fetched before deduplicating documents (the fusion depth)
 
 

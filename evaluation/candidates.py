@@ -11,19 +11,17 @@ ranking as its final answer; the rollout ids are in `metadata`.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from agent.policy_spec import PolicySpec
 from agent.selection import SelectionSettings, select
 from agent.trajectory import Trajectory
-from evaluation.baselines import BASELINES, SingleShotBaseline
+from evaluation.baselines import SingleShotBaseline
 from search.backend import SearchBackend
 from search.reranker import Reranker
 
-_NX = re.compile(r"^(?P<spec>.+)@(?P<n>\d+)$")
-RERANK_SUFFIX = "+rerank"
 # Documents a single-shot baseline hands to the reranker: its top documents at this depth.
 RERANK_BASELINE_DOCS = 20
 
@@ -36,39 +34,10 @@ class Runnable(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class CandidateSpec:
-    name: str  # as written by the user, the report's key
-    policy: str  # the spec without the @N and +rerank suffixes
-    n: int = 1
-    rerank: bool = False  # selection by the reranker over what the candidate surfaced
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.policy in BASELINES
-
-
-def parse_candidate(spec: str) -> CandidateSpec:
-    """`hybrid` -> baseline; `heuristic@4` -> heuristic, N=4; `openai:http://h/v1#m@2` -> N=2;
-    `hybrid+rerank`, `heuristic@4+rerank` -> the same with selection by the reranker."""
-    name = spec = spec.strip()
-    if not spec:
-        raise ValueError("empty candidate spec")
-    rerank = spec.endswith(RERANK_SUFFIX)
-    spec = spec.removesuffix(RERANK_SUFFIX)
-    match = _NX.match(spec)
-    policy, n = (match.group("spec"), int(match.group("n"))) if match else (spec, 1)
-    if n < 1:
-        raise ValueError(f"{spec}: N in POLICY@N must be >= 1")
-    if policy in BASELINES and n != 1:
-        raise ValueError(f"{spec}: single-shot baselines have no Nx variant")
-    return CandidateSpec(name=name, policy=policy, n=n, rerank=rerank)
-
-
-def split_candidates(text: str | list[str]) -> list[CandidateSpec]:
+def split_candidates(text: str | list[str]) -> list[PolicySpec]:
     """A comma-separated list (or a list) of specs; duplicates are an error (report keys clash)."""
     items = text.split(",") if isinstance(text, str) else list(text)
-    specs = [parse_candidate(item) for item in items if item.strip()]
+    specs = [PolicySpec.parse(item) for item in items if item.strip()]
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -154,7 +123,7 @@ class SelectedCandidate:
         return trajectory
 
 
-def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness_overrides: dict[str, Any] | None = None,
+def build_candidate(spec: PolicySpec, backend: SearchBackend, k: int, harness_overrides: dict[str, Any] | None = None,
                     model_options: dict[str, Any] | None = None, reranker: Reranker | None = None) -> Runnable:
     """A runnable candidate; agents are told `k` as their maximum output size.
 
@@ -167,7 +136,7 @@ def build_candidate(spec: CandidateSpec, backend: SearchBackend, k: int, harness
             raise ValueError(f"{spec.name}: a +rerank candidate needs a reranker (searchsmith bench --reranker DIR, "
                              "or a customer's reranker_checkpoint)")
         depth = max(k, RERANK_BASELINE_DOCS) if spec.is_baseline else k
-        inner = build_candidate(CandidateSpec(spec.name, spec.policy, spec.n), backend, depth, harness_overrides, model_options)
+        inner = build_candidate(spec.without_selection(), backend, depth, harness_overrides, model_options)
         return SelectedCandidate(spec.name, inner, backend, reranker, k)
     if spec.is_baseline:
         return SingleShotBaseline(backend, spec.policy, k)

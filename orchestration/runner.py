@@ -106,8 +106,8 @@ def open_index(customer: str):
 def search(customer: str, question: str, policy_spec: str, k: int, parallel: int, save: str | None = None) -> dict[str, Any]:
     """Answer from the customer's built index; the index must have been materialized (`sync`).
     `save`: a JSONL file for the whole trajectories (one line per rollout), as the viewer opens."""
+    from agent.policy_spec import RERANK_SUFFIX
     from agent.trajectory import write_jsonl
-    from evaluation.candidates import RERANK_SUFFIX
     from orchestration.definitions import defs
     from serving.per_customer import customer_reranker
     from serving.search import PolicyFailed, run_search

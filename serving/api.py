@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from evaluation.candidates import RERANK_SUFFIX
+from agent.policy_spec import RERANK_SUFFIX
 from search.index import HybridIndex
 from search.reranker import Reranker
 from serving.api_keys import ApiKeyStore

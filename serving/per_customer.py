@@ -15,10 +15,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent.policy_spec import RERANK_SUFFIX
 from core.layout import benchmark_summary_key, serving_manifest_key
 from core.serving_settings import ServingSettings
 from core.storage import ArtifactStore
-from evaluation.candidates import RERANK_SUFFIX
 from llm.vllm_admin import VLLMAdmin
 from serving.promotion import PromotionDecision, decide, record_for
 from serving.served_state import NOTHING_SERVED_POLICY, ServedRecord, load_served, promote, rollback

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from fnmatch import fnmatchcase
-from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,9 +110,9 @@ def metrics_by_suite(results: Results, policy: str) -> dict[str, dict[str, float
 
 def eligibility(spec: str, settings: PromotionSettings) -> str | None:
     """None when `spec` may be served, else why not."""
-    from evaluation.candidates import parse_candidate
+    from agent.policy_spec import PolicySpec
 
-    parsed = parse_candidate(spec)
+    parsed = PolicySpec.parse(spec)
     if parsed.is_baseline:
         return "single-shot retrieval baseline: a yardstick, not an agent policy the service can run"
     if parsed.n > 1 and not settings.allow_nx:
@@ -253,23 +252,17 @@ def adapter_of(spec: str) -> tuple[str | None, str | None]:
     `transformers:ADAPTER_DIR` reads the base from the adapter's sidecar (or peft's config),
     `transformers:BASE+ADAPTER` names both, `transformers:MODEL` (a folder with config.json, or
     `smollm2`) is a full model. A path that cannot be read here is taken for an adapter folder
-    with an unknown base (pass `base_model` to `record_for`).
+    with an unknown base (pass `base_model` to `record_for`). `+rerank` selects; the weights
+    are the policy's.
     """
-    from evaluation.candidates import parse_candidate
+    from agent.policy_spec import PolicySpec
 
-    prefix, _, rest = parse_candidate(spec).policy.partition(":")  # `+rerank` selects; the weights are the policy's
-    if prefix != "transformers" or not rest:
-        return None, None
-    base, plus, adapter = rest.partition("+")
-    if plus:
-        return adapter, base
-    from agent.policies.transformers_policy import SMOLLM2_ALIASES, adapter_base_model
-
-    folder = Path(rest).expanduser()
-    if (folder / "config.json").is_file() or rest.lower() in SMOLLM2_ALIASES:
-        return None, rest
-    # An adapter folder, possibly on another machine: its base is known only where it can be read.
-    return rest, adapter_base_model(folder) if (folder / "adapter_config.json").is_file() else None
+    parsed = PolicySpec.parse(spec)
+    adapter = parsed.adapter()
+    if adapter is not None:
+        return adapter.folder, adapter.base_model
+    prefix, _, rest = parsed.policy.partition(":")
+    return None, (rest if prefix == "transformers" and rest else None)
 
 
 def record_for(customer: str, decision: PromotionDecision, base_model: str | None = None) -> ServedRecord:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.environment import open_harness
+from agent.policy_spec import RERANK_SUFFIX
 from agent.selection import select
 from agent.trajectory import RankedDocument, Trajectory
-from evaluation.candidates import RERANK_SUFFIX, merge_nx
+from evaluation.candidates import merge_nx
 from search.index import HybridIndex
 from search.reranker import Reranker
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.policy_spec import PolicySpec
 from evaluation.bench import run_bench_command
-from evaluation.candidates import parse_candidate, split_candidates
+from evaluation.candidates import split_candidates
 from evaluation.external import paragraph_doc_id, read_records, tasks_from_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,15 +106,31 @@ def test_gold_is_paragraph_level(slice_file):
 
 
 def test_candidate_specs():
-    assert parse_candidate("heuristic@4").n == 4 and parse_candidate("heuristic@4").policy == "heuristic"
-    spec = parse_candidate("openai:http://user@host:8000/v1#qwen@2")
+    assert PolicySpec.parse("heuristic@4").n == 4 and PolicySpec.parse("heuristic@4").policy == "heuristic"
+    spec = PolicySpec.parse("openai:http://user@host:8000/v1#qwen@2")
     assert (spec.policy, spec.n) == ("openai:http://user@host:8000/v1#qwen", 2)
-    assert parse_candidate("transformers:/ckpt/a@b").n == 1
+    assert PolicySpec.parse("transformers:/ckpt/a@b").n == 1
     with pytest.raises(ValueError):
-        parse_candidate("hybrid@4")
+        PolicySpec.parse("hybrid@4")
     with pytest.raises(ValueError):
         split_candidates("bm25,bm25")
     assert [s.name for s in split_candidates("bm25, heuristic@2")] == ["bm25", "heuristic@2"]
+
+
+def test_specs_name_their_adapter_whichever_way_they_are_written(tmp_path):
+    """`+` means two things in a spec (BASE+ADAPTER, and the +rerank suffix): parsed in one place."""
+    both = PolicySpec.parse("transformers:/models/base+/ckpt/sft@2+rerank")
+    assert (both.policy, both.n, both.rerank) == ("transformers:/models/base+/ckpt/sft", 2, True)
+    assert (both.adapter().folder, both.adapter().base_model) == ("/ckpt/sft", "/models/base")
+    assert both.without_selection().name == "transformers:/models/base+/ckpt/sft@2"
+    elsewhere = PolicySpec.parse("transformers:/on/another/worker").adapter()
+    assert elsewhere.folder == "/on/another/worker" and not elsewhere.readable and elsewhere.base_model is None
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert PolicySpec.parse(f"transformers:{model}").adapter() is None  # a full model folder: no adapter
+    assert PolicySpec.parse("transformers:smollm2").adapter() is None
+    assert PolicySpec.parse("heuristic+rerank").adapter() is None and PolicySpec.parse("openai:http://h/v1#m").adapter() is None
 
 
 def test_benchmark_candidates_add_all_checkpoints_or_only_the_latest():

@@ -9,11 +9,12 @@ import shutil
 
 import pytest
 
+from agent.policy_spec import PolicySpec
 from agent.selection import SelectionSettings, fuse, policy_order
 from core.storage import LocalArtifactStore
 from core.task_settings import TaskGenConfig
 from core.training_settings import RerankerSettings
-from evaluation.candidates import SelectedCandidate, build_candidate, parse_candidate
+from evaluation.candidates import SelectedCandidate, build_candidate
 from evaluation.synth_tasks import tasks_from_synth
 from search.reranker import Reranker
 from synth.generate import generate_tasks
@@ -72,7 +73,7 @@ def test_selection_reorders_only_what_the_episode_surfaced(trained, tasks, demo_
     reranker = Reranker.load(checkpoint.path)
     bench = tasks_from_synth([t for t in tasks if t.split == "test"][:3], demo_frames[0])
     for spec in ("heuristic+rerank", "hybrid+rerank"):
-        candidate = build_candidate(parse_candidate(spec), demo_index, 5, reranker=reranker)
+        candidate = build_candidate(PolicySpec.parse(spec), demo_index, 5, reranker=reranker)
         assert isinstance(candidate, SelectedCandidate)
         for task in bench:
             trajectory = candidate.run(task.question, task_id=task.task_id)
@@ -90,7 +91,7 @@ def test_fusion_keeps_agreement_first_and_policy_weight_zero_is_the_reranker_alo
 
 
 def test_policy_order_lists_the_ranking_then_other_surfaced_documents(trained, demo_index):  # noqa: F811
-    candidate = build_candidate(parse_candidate("heuristic"), demo_index, 3)
+    candidate = build_candidate(PolicySpec.parse("heuristic"), demo_index, 3)
     trajectory = candidate.run("Which team won the first FA Cup Final?")
     order = policy_order(trajectory)
     assert order[: len(trajectory.output_doc_ids())] == trajectory.output_doc_ids()
@@ -98,9 +99,9 @@ def test_policy_order_lists_the_ranking_then_other_surfaced_documents(trained, d
 
 
 def test_rerank_specs_parse_and_need_a_reranker(demo_index, tmp_path):  # noqa: F811
-    spec = parse_candidate("heuristic@4+rerank")
+    spec = PolicySpec.parse("heuristic@4+rerank")
     assert (spec.policy, spec.n, spec.rerank, spec.name) == ("heuristic", 4, True, "heuristic@4+rerank")
-    assert parse_candidate("hybrid+rerank").is_baseline
+    assert PolicySpec.parse("hybrid+rerank").is_baseline
     with pytest.raises(ValueError, match="needs a reranker"):
         build_candidate(spec, demo_index, 5)
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "absent")):
@@ -128,7 +129,7 @@ def test_the_search_service_serves_a_promoted_rerank_policy_as_it_was_benchmarke
     assert reranker is not None and reranker.path == Reranker.load(checkpoint.path).path
     assert customer_reranker(store, "nobody") is None
     question = [t for t in tasks if t.split == "test"][0].question
-    measured = build_candidate(parse_candidate("heuristic+rerank"), demo_index, 5, reranker=reranker).run(question)
+    measured = build_candidate(PolicySpec.parse("heuristic+rerank"), demo_index, 5, reranker=reranker).run(question)
     served = run_search(demo_index, question, "heuristic+rerank", k=5, reranker=reranker)
     assert [d["doc_id"] for d in served.documents] == measured.output_doc_ids()
     assert served.trajectories[0].metadata["policy_ranking"] == measured.metadata["policy_ranking"]

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from agent.policy_base import Policy
+from agent.policy_spec import PolicySpec
 
 # Specs of policies backed by a model (their options bound generation; scripted policies take none).
 MODEL_PREFIXES = ("transformers:", "openai:")
@@ -47,23 +48,10 @@ __all__ = ["MODEL_PREFIXES", "checkpoint_options", "checkpoint_profile", "checkp
 def checkpoint_profile(spec: str) -> dict[str, Any] | None:
     """The harness profile a checkpoint was trained under (from its adapter's sidecar), or None
     for policies that have none (baselines, the heuristic, endpoints, plain model folders)."""
-    spec = spec.strip()
-    if not spec.startswith("transformers:"):
+    adapter = PolicySpec.parse(spec).adapter()
+    if adapter is None or not adapter.readable:
         return None
-    from pathlib import Path
-
-    from agent.policies.transformers_policy import read_adapter_sidecar
-
-    adapter = _adapter_folder(spec)
-    if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
-        return None
-    return read_adapter_sidecar(adapter).get("harness_profile") or None
-
-
-def _adapter_folder(spec: str) -> str:
-    """The adapter folder of `transformers:ADAPTER` or `transformers:BASE+ADAPTER`."""
-    rest = spec.partition(":")[2]
-    return rest.partition("+")[2] or rest
+    return adapter.sidecar().get("harness_profile") or None
 
 
 def harness_for(spec: str, **overrides: Any):
@@ -93,9 +81,7 @@ def checkpoint_training(spec: str) -> str | None:
     """How much training a checkpoint had, in words, for tables that compare it (None: not ours)."""
     if checkpoint_profile(spec) is None:
         return None
-    from agent.policies.transformers_policy import read_adapter_sidecar
-
-    sidecar = read_adapter_sidecar(_adapter_folder(spec))
+    sidecar = PolicySpec.parse(spec).adapter().sidecar()
     if sidecar.get("kind") == "sft":
         metrics = sidecar.get("metrics") or {}
         tokens, steps = int(metrics.get("tokens") or 0), metrics.get("steps")
