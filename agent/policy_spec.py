@@ -35,9 +35,9 @@ class AdapterRef:
 
     def sidecar(self) -> dict[str, Any]:
         """What our trainers wrote beside the adapter (base model, harness profile, metrics)."""
-        from agent.policies.transformers_policy import read_adapter_sidecar
+        from agent.adapter_sidecar import read_sidecar
 
-        return read_adapter_sidecar(self.folder)
+        return read_sidecar(self.folder)
 
     @property
     def base_model(self) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from agent.policies.transformers_policy import read_adapter_sidecar
+from agent.adapter_sidecar import read_sidecar
 from assets.index_assets import open_index
 from assets.metadata import training_numbers
 from assets.partitions import customers_partitions
@@ -41,7 +41,7 @@ def _train_split(name: str, store: ArtifactStoreResource, max_tasks: int | None)
 def _checkpoint_metadata(manifest: CheckpointManifest) -> dict:
     """The adapter's sidecar (config, data lineage, metrics) as Dagster metadata, scalars as numbers."""
     scalars = {k: v for k, v in manifest.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    sidecar = read_adapter_sidecar(manifest.adapter_path)
+    sidecar = read_sidecar(manifest.adapter_path)
     return {
         "config": dg.MetadataValue.json(sidecar.get("config") or {}),
         "lineage": dg.MetadataValue.json({**(sidecar.get("lineage") or {}), **manifest.lineage}),

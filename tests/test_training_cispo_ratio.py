@@ -73,7 +73,7 @@ def test_the_first_substep_ratio_is_one_on_the_samplers_own_weights(model_dir, s
     _assert_first_substep_ratio_is_one(result.history[0])
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["first_substep_ratio"] == result.history[0]["first_substep_ratio"]  # logged, not only returned
-    sidecar = json.loads((result.adapter_path / "checkpoint.json").read_text())
+    sidecar = json.loads((result.adapter_path / "searchsmith_adapter.json").read_text())
     assert sidecar["first_step"]["first_substep_ratio"] == result.history[0]["first_substep_ratio"]
     # the CISPO adapter continues SFT's weights but says (and has) no dropout
     assert json.loads((result.adapter_path / "adapter_config.json").read_text())["lora_dropout"] == 0.0

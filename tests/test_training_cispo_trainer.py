@@ -64,7 +64,7 @@ def test_cispo_raises_the_mean_reward_of_a_tiny_model(model_dir, tmp_path):
     assert first["tokens"]["completion_tokens"] == 8 * first["groups_kept"] and first["tokens"]["naive_prompt_tokens"] > 0
     assert set(first["time"]) == {"rollout_s", "scoring_s", "batch_s", "training_s", "sync_s", "step_s"}
     assert first["entropy_proxy"] > 0 and 0.0 <= first["clip_ratio"] <= 1.0
-    sidecar = json.loads((result.adapter_path / "checkpoint.json").read_text())
+    sidecar = json.loads((result.adapter_path / "searchsmith_adapter.json").read_text())
     for key in ("reward_mean", "reward_components", "answer_found", "recall", "tokens", "clip_ratio", "entropy"):
         assert key in sidecar["metrics"], key
     assert sidecar["config"]["group_size"] == 8 and sidecar["step"] == 6

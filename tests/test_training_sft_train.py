@@ -7,13 +7,14 @@ import json
 
 import pytest
 
+from agent.adapter_sidecar import SIDECAR, read_sidecar
 from agent.final_answer import format_final_answer
 from agent.harness import HarnessConfig, run_episode
 from agent.policies.transformers_policy import TokenizerCounter
 from agent.policy_base import PolicyStep, ToolCall
 from core.training_settings import LoraSettings, SFTSettings
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
-from training.sft import SIDECAR, read_sidecar, run_sft, train_sft
+from training.sft import run_sft, train_sft
 from training.sft_plots import plot_loss_curve
 from training.sft_samples import IGNORE_INDEX, SampleSet, build_samples
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from agent.adapter_sidecar import read_sidecar
 from agent.harness import HarnessConfig
 from agent.trajectory import write_jsonl
 from core.training_settings import CispoConfig
@@ -50,7 +51,6 @@ from training.rl_checkpoints import (
     latest_checkpoint,
     load_checkpoint,
     read_metrics,
-    read_sidecar,
     save_checkpoint,
     write_metrics,
 )

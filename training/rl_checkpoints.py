@@ -3,9 +3,9 @@
 Layout under the run folder:
 
     checkpoints/step-000010/   adapter_config.json, adapter_model.safetensors (peft),
-                               trainer_state.pt (optimizer state, step), checkpoint.json (sidecar)
+                               trainer_state.pt (optimizer state, step), searchsmith_adapter.json (sidecar)
     checkpoints/latest.json    {"step": 10, "path": "checkpoints/step-000010"}
-    adapter/                   the final adapter + checkpoint.json (what `cispo_checkpoint` serves)
+    adapter/                   the final adapter + its sidecar (what `cispo_checkpoint` serves)
     metrics.jsonl              one row per step;  crashes.jsonl  every crashed rollout attempt
     rewards.jsonl              every rollout's reward with all its components (and its scores)
 
@@ -25,10 +25,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agent.adapter_sidecar import sidecar_file, write_sidecar
+
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
 STATE_FILE = "trainer_state.pt"
-SIDECAR = "checkpoint.json"
 
 
 def checkpoint_path(out_dir: str | Path, step: int) -> Path:
@@ -54,7 +55,7 @@ def save_checkpoint(model: Any, optimizer: Any, out_dir: str | Path, step: int, 
     try:
         model.save_pretrained(str(tmp))
         torch.save({"optimizer": optimizer.state_dict(), "step": step, **(state or {})}, tmp / STATE_FILE)
-        write_json_atomic(tmp / SIDECAR, sidecar)
+        write_sidecar(tmp, sidecar)
         if target.exists():
             shutil.rmtree(target)
         os.rename(tmp, target)
@@ -68,7 +69,7 @@ def save_checkpoint(model: Any, optimizer: Any, out_dir: str | Path, step: int, 
 
 
 def _prune_old(folder: Path, keep: int) -> None:
-    steps = sorted(p for p in folder.glob("step-*") if p.is_dir() and (p / SIDECAR).is_file())
+    steps = sorted(p for p in folder.glob("step-*") if p.is_dir() and sidecar_file(p) is not None)
     for old in steps[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -86,7 +87,7 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
 
 
 def _complete(path: Path) -> bool:
-    return (path / SIDECAR).is_file() and (path / STATE_FILE).is_file() and (path / "adapter_config.json").is_file()
+    return sidecar_file(path) is not None and (path / STATE_FILE).is_file() and (path / "adapter_config.json").is_file()
 
 
 def load_checkpoint(model: Any, optimizer: Any, path: str | Path) -> dict[str, Any]:
@@ -107,10 +108,6 @@ def load_checkpoint(model: Any, optimizer: Any, path: str | Path) -> dict[str, A
     return state
 
 
-def read_sidecar(path: str | Path) -> dict[str, Any]:
-    return json.loads((Path(path) / SIDECAR).read_text(encoding="utf-8"))
-
-
 def export_adapter(model: Any, folder: str | Path, sidecar: dict[str, Any]) -> Path:
     """The final adapter (peft folder + sidecar), replaced atomically."""
     folder = Path(folder)
@@ -118,7 +115,7 @@ def export_adapter(model: Any, folder: str | Path, sidecar: dict[str, Any]) -> P
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
     try:
         model.save_pretrained(str(tmp))
-        write_json_atomic(tmp / SIDECAR, sidecar)
+        write_sidecar(tmp, sidecar)
         if folder.exists():
             shutil.rmtree(folder)
         os.rename(tmp, folder)

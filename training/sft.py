@@ -19,7 +19,6 @@ loss curve. `SFTResult` carries the same fields for the asset and the CLI.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import resource
 import sys
@@ -30,11 +29,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.adapter_sidecar import SIDECAR, write_sidecar
 from agent.trajectory import Trajectory
 from core.training_settings import LoraSettings, SFTSettings
 from training.sft_samples import SampleSet, build_samples
 
-SIDECAR = "searchsmith_adapter.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 log = logging.getLogger(__name__)
@@ -251,7 +250,7 @@ def train_sft(
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if main_process:
-        (out / SIDECAR).write_text(json.dumps(sidecar, indent=2), encoding="utf-8")
+        write_sidecar(out, sidecar)
     return SFTResult(str(out), base_name, metrics["steps"], metrics, list(curve.points), str(out / SIDECAR))
 
 
@@ -318,5 +317,3 @@ def _peak_memory(on_gpu: bool) -> dict[str, float]:
     return peak
 
 
-def read_sidecar(adapter_path: str | Path) -> dict[str, Any]:
-    return json.loads((Path(adapter_path) / SIDECAR).read_text(encoding="utf-8"))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.adapter_sidecar import read_sidecar
 from agent.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
 from agent.policies.model_family import chat_format_of, load_options, prepare_tokenizer
 from agent.policies.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCache
@@ -470,24 +471,11 @@ class TransformersEpisode:
         return step
 
 
-# Sidecars our trainers write beside an adapter; each names the base model it was trained on.
-ADAPTER_SIDECARS = ("searchsmith_adapter.json", "checkpoint.json")
-
-
-def read_adapter_sidecar(adapter_dir: str | Path) -> dict[str, Any]:
-    """The sidecar our trainers write beside an adapter (SFT or CISPO); {} when there is none."""
-    folder = Path(adapter_dir).expanduser()
-    for name in ADAPTER_SIDECARS:
-        if (folder / name).is_file():
-            return json.loads((folder / name).read_text(encoding="utf-8"))
-    return {}
-
-
 def adapter_base_model(adapter_dir: str | Path) -> str:
     """The base model a peft adapter folder was trained on: our sidecar first (it records the
     spec as given, e.g. `smollm2`, which resolves on any machine), else peft's own record."""
     folder = Path(adapter_dir).expanduser()
-    base = read_adapter_sidecar(folder).get("base_model")
+    base = read_sidecar(folder).get("base_model")
     if base:
         return str(base)
     config = folder / "adapter_config.json"
