@@ -305,7 +305,16 @@ class LLMClient:
             self.usage.add(errors=1)
             raise
 
-    def _create(self, request: dict[str, Any]) -> Any:
+    def complete(self, **request: Any) -> Any:
+        """One text `completions.create(**request)` (a prompt of token ids or text, no chat
+        template on the server), retried and counted like `create`."""
+        try:
+            return self._create(request, chat=False)
+        except LLMRejected:
+            self.usage.add(errors=1)
+            raise
+
+    def _create(self, request: dict[str, Any], chat: bool = True) -> Any:
         last = "no attempt"
         for attempt in range(self.max_retries + 1):
             if attempt:
@@ -313,7 +322,7 @@ class LLMClient:
                 time.sleep(self._backoff(attempt))
             try:
                 with self._semaphore:
-                    completion = self._create_once(request)
+                    completion = self._create_once(request, chat)
                 usage = getattr(completion, "usage", None)
                 self.usage.add(calls=1, prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                                completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
@@ -346,11 +355,12 @@ class LLMClient:
             jitter = 0.5 + self._jitter.random()
         return min(self.backoff_max_s, self.backoff_s * (2 ** (attempt - 1)) * jitter)
 
-    def _create_once(self, request: dict[str, Any]) -> Any:
+    def _create_once(self, request: dict[str, Any], chat: bool = True) -> Any:
         import openai
 
+        endpoint = self._openai().chat.completions if chat else self._openai().completions
         try:
-            completion = self._openai().chat.completions.create(**request)
+            completion = endpoint.create(**request)
         except openai.APIStatusError as error:
             self.usage.add(failures=1)
             status = error.status_code
@@ -361,7 +371,7 @@ class LLMClient:
             self.usage.add(failures=1)
             raise _Transient(f"{type(error).__name__}: {str(error)[:200]}") from None
         choices = getattr(completion, "choices", None) or []
-        if not choices or getattr(choices[0], "message", None) is None:
+        if not choices or getattr(choices[0], "message" if chat else "text", None) is None:
             self.usage.add(failures=1)
             raise _Transient("reply without choices")
         return completion

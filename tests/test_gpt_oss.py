@@ -217,6 +217,41 @@ def test_the_student_calls_two_tools_in_one_turn_then_answers(sft_adapter, gpt_o
     assert trajectory.turns[-1].raw_text.endswith("<|return|>")
 
 
+def test_behind_a_completions_server_the_student_gets_the_prompts_it_was_trained_on(sft_adapter, gpt_oss_dir):
+    """RL rollouts on vLLM send each prompt as token ids rendered by our harmony template (vLLM
+    would render a chat request with openai-harmony's renderer instead). A server that continues
+    those ids with the student itself, as vLLM does (the stop token's text left out, special
+    tokens kept, ids and log-probs returned), must give the episode the in-process student gives."""
+    from agent.policies.openai_policy import OpenAIPolicy
+    from tests.support.openai_scripted import Reply, ScriptedOpenAI
+
+    result, _ = sft_adapter
+    clear_model_cache()
+    local = TransformersPolicy(str(gpt_oss_dir), adapter_path=result.adapter_path, max_new_tokens=64, dtype="float32")
+    lm = local.loaded()
+
+    def continue_prompt(request, number):
+        ids = lm.batcher().generate(request["prompt"], request["max_tokens"]).completion_ids
+        shown = ids[:-1] if ids and ids[-1] in lm.eos_token_ids else ids
+        return Reply(body={"id": "cmpl", "object": "text_completion", "created": 0, "model": request["model"], "choices": [{
+            "index": 0, "text": lm.tokenizer.decode(shown, skip_special_tokens=False), "finish_reason": "stop",
+            "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.5] * len(ids), "text_offset": None, "top_logprobs": None}}],
+            "usage": {"prompt_tokens": len(request["prompt"]), "completion_tokens": len(ids), "total_tokens": len(request["prompt"]) + len(ids)}})
+
+    task = lighthouse_tasks()[1]
+    expected = run_episode(MemoryBackend(), local, task.question, HARNESS, task_id=task.task_id)
+    with ScriptedOpenAI(continue_prompt) as server:
+        remote = OpenAIPolicy(server.base_url, "student", max_tokens=64, logprobs=True, tokenizer_path=str(gpt_oss_dir), prompt_as_tokens=True)
+        served = run_episode(MemoryBackend(), remote, task.question, HARNESS, task_id=task.task_id)
+        prompts = [request["prompt"] for request in server.requests]
+    assert prompts == [lm.tokenizer(local.render_prompt(turn.view_messages, expected.tools), add_special_tokens=False)["input_ids"]
+                       for turn in expected.turns]
+    assert [[(c.name, c.arguments) for c in turn.tool_calls] for turn in served.turns] == \
+        [[(c.name, c.arguments) for c in turn.tool_calls] for turn in expected.turns]
+    assert [t.completion_token_ids for t in served.turns] == [t.completion_token_ids for t in expected.turns]
+    assert served.stop_reason == "answer" and [d.doc_id for d in served.final_ranking] == ["d1"]
+
+
 # ---- MXFP4 ---------------------------------------------------------------------------------------
 
 

@@ -121,8 +121,8 @@ def test_nan_or_exploding_training_stops_the_run_with_a_clear_error(model_dir, t
 
 
 class FakeVLLM(BaseHTTPRequestHandler):
-    """vLLM's OpenAI server, as far as the engine uses it: chat completions with logprobs and
-    token ids, and the dynamic LoRA endpoints. Alternates between the gold document and another,
+    """vLLM's OpenAI server, as far as the engine uses it: text completions of token-id prompts
+    with logprobs and token ids, and the dynamic LoRA endpoints. Alternates between the gold document and another,
     so every group of an even size has mixed rewards (and is kept)."""
 
     answer_ids: dict[str, int] = {}
@@ -151,19 +151,19 @@ class FakeVLLM(BaseHTTPRequestHandler):
         if self.path == "/v1/unload_lora_adapter":
             FakeVLLM.adapters.discard(body["lora_name"])
             return self._reply(200, "Success")
-        if self.path != "/v1/chat/completions":
-            return self._reply(404, {"error": "not found"})
+        if self.path != "/v1/completions" or not all(isinstance(t, int) for t in body.get("prompt", [None])):
+            return self._reply(404, {"error": "not found (the engine sends prompts as token ids to /v1/completions)"})
         if body["model"] != "base" and body["model"] not in FakeVLLM.adapters:
             return self._reply(404, {"error": f"model {body['model']} not loaded"})
         with FakeVLLM.lock:
             FakeVLLM.served += 1
             token = ANSWER_TOKENS[FakeVLLM.served % 2]
-        entry = {"token": f"token_id:{FakeVLLM.answer_ids[token]}", "logprob": math.log(0.25), "bytes": None, "top_logprobs": []}
+        logprobs = {"tokens": [f"token_id:{FakeVLLM.answer_ids[token]}"], "token_logprobs": [math.log(0.25)],
+                    "text_offset": [0], "top_logprobs": None}
         return self._reply(200, {
-            "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": token, "tool_calls": []},
-                         "logprobs": {"content": [entry]}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+            "id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "text": token, "logprobs": logprobs, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 1, "total_tokens": len(body["prompt"]) + 1},
         })
 
 
@@ -188,9 +188,13 @@ def test_vllm_engine_reloads_only_the_lora_adapter_after_each_update(model_dir, 
     lora_calls = [(path.rsplit("/", 1)[1], body["lora_name"]) for path, body in FakeVLLM.calls if "lora" in path]
     assert lora_calls[:4] == [("load_lora_adapter", "cispo-step000001"), ("load_lora_adapter", "cispo-step000002"),
                               ("load_lora_adapter", "cispo-step000003"), ("unload_lora_adapter", "cispo-step000001")]
-    chats = [body for path, body in FakeVLLM.calls if path.endswith("chat/completions")]
-    assert {body["model"] for body in chats} == {"base", "cispo-step000001", "cispo-step000002"}
-    assert all(body["logprobs"] is True and body["return_tokens_as_token_ids"] is True for body in chats)
+    turns = [body for path, body in FakeVLLM.calls if path == "/v1/completions"]
+    assert {body["model"] for body in turns} == {"base", "cispo-step000001", "cispo-step000002"}
+    assert all(body["logprobs"] == 1 and body["return_tokens_as_token_ids"] is True and body["skip_special_tokens"] is False
+               for body in turns)
+    # The sampler continued from the trainer's own rendering, token for token.
+    first = turns[0]["prompt"]
+    assert tokenizer.decode(first).endswith("<|im_start|>assistant\n") and "Who designed the Alpha Lighthouse?" in tokenizer.decode(first)
     assert all(r["optimizer_steps"] == 2 and r["sync"]["adapter_name"] for r in result.history)
     assert all(r["time"]["sync_s"] > 0 and r["sync"]["adapter_bytes"] > 0 for r in result.history)
     assert FakeVLLM.adapters == set()  # close() unloaded what the run loaded

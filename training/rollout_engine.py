@@ -29,10 +29,12 @@ LoRA rank, on a filesystem the trainer writes to (the server reads the adapter f
         --logprobs-mode processed_logprobs --generation-config vllm
 
 (PARSER from the base model's profile, `agent.policies.model_family.profile_for(BASE).tool_call_parser`:
-`hermes` for SmolLM2 and Qwen3, `openai` for gpt-oss). Not yet consistent for gpt-oss: vLLM renders
-gpt-oss chat requests with openai-harmony's renderer, not the folder's chat template, so the
-trainer's re-rendered prompts would differ from the sampled ones; gpt-oss rollouts need the
-prompt sent as tokens rendered by our template (not done yet).
+`hermes` for SmolLM2 and Qwen3, `openai` for gpt-oss). With `tokenizer_path` the rollouts send
+each prompt as token ids rendered by the trainer's own template to the text completions endpoint
+(`OpenAIPolicy(prompt_as_tokens=True)`) and parse the completion here, so the sampler continues
+from exactly the tokens the trainer recomputes log-probs on, for every family: a chat request
+would let vLLM render, and it renders gpt-oss with openai-harmony's renderer, not the folder's
+template.
 
 `--logprobs-mode processed_logprobs` makes the reported log-probs those of the distribution
 actually sampled (after temperature; vLLM's default reports the raw model's, which differ from
@@ -156,6 +158,7 @@ class VLLMRolloutEngine:
             self.base_url, self.current or self.served_model, api_key_env=self.api_key_env, timeout=self.timeout,
             temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed, logprobs=True, token_ids=True,
             tokenizer_path=self.tokenizer_path, name=f"{self.name}@{self.current or 'base'}",
+            prompt_as_tokens=self.tokenizer_path is not None,  # the trainer's template, token for token
         )
 
     def sync(self, model: Any, step: int, work_dir: Path) -> SyncReport:

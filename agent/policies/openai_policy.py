@@ -11,6 +11,15 @@ request the server rejects as too long) is recorded in `PolicyStep.error` for th
 an endpoint that stays unreachable after the retries raises, because silently turning an outage
 into empty turns would poison SFT data and RL rewards.
 
+Prompts as tokens (`prompt_as_tokens=True`, with `tokenizer_path`): the prompt is rendered here
+with the tokenizer folder's chat template (ours for harmony) and sent to the text completions
+endpoint as token ids, and the completion is parsed here with the family's parser. Why: RL
+recomputes each turn's log-probs from the prompt the trainer renders, so the sampler must have
+continued from exactly those tokens. A chat request lets the server render instead; vLLM renders
+gpt-oss requests with openai-harmony's renderer, not the folder's template, so the two differ.
+vLLM is asked for token ids (`return_tokens_as_token_ids`) and keeps special tokens in the text
+(`skip_special_tokens: false`), which harmony's tool calls are made of.
+
 Secrets: the API key is read from the environment variable *named* by `api_key_env` when the
 client is built; it is never stored on the policy, put in its name, or logged.
 
@@ -97,7 +106,10 @@ class OpenAIPolicy:
         name: str | None = None,
         backoff_s: float = 1.0,
         backoff_max_s: float = 30.0,
+        prompt_as_tokens: bool = False,
     ):
+        if prompt_as_tokens and not tokenizer_path:
+            raise ValueError("prompt_as_tokens renders the prompt here: it needs tokenizer_path (the served model's tokenizer folder)")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -105,6 +117,7 @@ class OpenAIPolicy:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
+        self.prompt_as_tokens = prompt_as_tokens
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.seed = seed
@@ -155,6 +168,25 @@ class OpenAIPolicy:
 
         return load_token_offsets()
 
+    def tool_overhead_tokens(self, tools: list[dict[str, Any]]) -> int | None:
+        """With prompts rendered here, what the template adds for the tools is known exactly."""
+        if not self.prompt_as_tokens:
+            return None
+        from agent.policies.transformers_policy import template_tool_overhead
+
+        return template_tool_overhead(self._template()[0], tools)
+
+    def context_window(self) -> int | None:
+        """The served model's window, when its folder (the tokenizer's) says it."""
+        if not self.tokenizer_path:
+            return None
+        from agent.policies.transformers_policy import resolve_model_dir, window_of
+
+        try:
+            return window_of(resolve_model_dir(self.tokenizer_path))
+        except FileNotFoundError:  # a tokenizer folder without the model's config
+            return None
+
     def new_episode(self, question: str, seed: int = 0) -> OpenAIEpisode:
         return OpenAIEpisode(self, seed)
 
@@ -187,6 +219,8 @@ class OpenAIPolicy:
 
     def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str = "call") -> PolicyStep:
         """One turn against the endpoint (see the module docstring for what raises and what is recorded)."""
+        if self.prompt_as_tokens:
+            return self._complete_tokens(messages, tools, seed, id_prefix)
         kwargs = self.request(messages, tools, seed)
         for _ in range(len(OPTIONAL_FIELDS) + 1):
             try:
@@ -204,6 +238,73 @@ class OpenAIPolicy:
         else:  # pragma: no cover - every optional field dropped and still rejected
             return PolicyStep(content=None, error="request rejected by the server")
         return step_from_response(response, id_prefix)
+
+
+    def _template(self) -> tuple[Any, str, list[int]]:
+        """(tokenizer with the family's template, chat format, end-of-turn token ids)."""
+        from agent.policies.model_family import chat_format_of, prepare_tokenizer
+
+        tokenizer = prepare_tokenizer(load_tokenizer(self.tokenizer_path))
+        chat_format = chat_format_of(tokenizer)
+        vocab = tokenizer.get_vocab()
+        markers = ("<|return|>", "<|call|>") if chat_format == "harmony" else ("<|im_end|>",)
+        ends = [vocab[m] for m in markers if m in vocab] + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+        return tokenizer, chat_format, ends
+
+    def _complete_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str) -> PolicyStep:
+        """One turn with the prompt rendered here and sent as token ids (module docstring)."""
+        from agent.policies.tool_parsing import parse_reply
+        from agent.policies.transformers_policy import strip_end_markers, template_messages
+
+        tokenizer, chat_format, ends = self._template()
+        prompt = tokenizer.apply_chat_template(template_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=False)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        request: dict[str, Any] = {"model": self.model, "prompt": prompt_ids, "temperature": self.temperature,
+                                   "max_tokens": self.max_tokens,
+                                   "extra_body": {**self.extra_body, "return_tokens_as_token_ids": True, "skip_special_tokens": False}}
+        if seed is not None:
+            request["seed"] = seed
+        if self.logprobs:
+            request["logprobs"] = 1
+        try:
+            response = self.client().complete(**request)
+        except LLMRejected as exc:
+            if exc.status not in (400, 422):
+                raise
+            return PolicyStep(content=None, prompt_tokens=len(prompt_ids), error=f"request rejected by the server: {_short(exc)}")
+        choice = response.choices[0]
+        raw = choice.text or ""
+        ids, logprobs = _completion_logprobs(choice)
+        if ids is None:  # no logprobs asked for: the text is the record
+            ids = tokenizer(raw, add_special_tokens=False)["input_ids"]
+        parsed = parse_reply(strip_end_markers(raw, tokenizer, ends), chat_format, id_prefix=id_prefix)
+        error = parsed.error
+        if not parsed.tool_calls and parsed.content is None and error is None:
+            error = "empty completion"
+        if choice.finish_reason == "length" and error:
+            error += "; the reply hit max_tokens"
+        usage = getattr(response, "usage", None)
+        return PolicyStep(
+            content=parsed.content,
+            tool_calls=parsed.tool_calls,
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or len(prompt_ids)),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or len(ids)),
+            completion_token_ids=ids,
+            completion_logprobs=logprobs,
+            raw_text=raw,
+            error=error,
+        )
+
+
+def _completion_logprobs(choice: Any) -> tuple[list[int] | None, list[float] | None]:
+    """(token ids, log-probs) of a text completion's sampled tokens (`logprobs.tokens` written as
+    `token_id:N` by vLLM's `return_tokens_as_token_ids`)."""
+    block = getattr(choice, "logprobs", None)
+    tokens, values = getattr(block, "tokens", None), getattr(block, "token_logprobs", None)
+    if not tokens or values is None:
+        return None, None
+    ids = [parse_token_id(token) for token in tokens]
+    return (None if any(i is None for i in ids) else ids), [float(v) for v in values]  # type: ignore[return-value]
 
 
 def step_from_response(response: Any, id_prefix: str = "call") -> PolicyStep:

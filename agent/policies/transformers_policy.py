@@ -216,6 +216,28 @@ def clear_model_cache() -> None:
         _TOKENIZERS.clear()
 
 
+def window_of(model_dir: Path) -> int | None:
+    """A model folder's context window (`max_position_embeddings` in its config.json), or None."""
+    config = Path(model_dir) / "config.json"
+    return json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings") if config.is_file() else None
+
+
+def template_tool_overhead(tokenizer: Any, tools: list[dict[str, Any]]) -> int | None:
+    """Tokens the chat template adds when it declares `tools` (what the harness's usage line
+    must count on top of the messages): a two-message prompt rendered with and without them.
+    None for a template without tool support (the harness then counts the tools' JSON)."""
+    if not tools:
+        return 0
+    probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    try:
+        with_tools = tokenizer.apply_chat_template(probe, tools=tools, add_generation_prompt=True, tokenize=False)
+        without = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+    except Exception:  # noqa: BLE001 - a template without tool support
+        return None
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    return max(0, count(with_tools) - count(without))
+
+
 def template_messages(messages: list[Message]) -> list[Message]:
     """Messages as chat templates expect them: string content, tool-call arguments as objects.
 
@@ -321,23 +343,10 @@ class TransformersPolicy:
         """The model's window (`max_position_embeddings`), read without loading weights."""
         if self._loaded is not None:
             return self._loaded.max_positions
-        config = resolve_model_dir(self.model_path) / "config.json"
-        return json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
+        return window_of(resolve_model_dir(self.model_path))
 
     def tool_overhead_tokens(self, tools: list[dict[str, Any]]) -> int | None:
-        """Tokens the chat template adds when it declares `tools` (what the harness's usage line
-        must count on top of the messages): a two-message prompt rendered with and without them."""
-        if not tools:
-            return 0
-        tokenizer = self._tokenizer()
-        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-        try:
-            with_tools = tokenizer.apply_chat_template(probe, tools=tools, add_generation_prompt=True, tokenize=False)
-            without = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
-        except Exception:  # noqa: BLE001 - a template without tool support: the caller counts the JSON
-            return None
-        count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-        return max(0, count(with_tools) - count(without))
+        return template_tool_overhead(self._tokenizer(), tools)
 
     def render_prompt(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
         """The exact prompt text the model continues from (the chat template's rendering)."""

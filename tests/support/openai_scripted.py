@@ -1,7 +1,8 @@
 """A scripted OpenAI chat-completions server on loopback, for tests of the teacher path.
 
 No real LLM runs in CI, but the client, its retries, timeouts and cache must be exercised over
-real HTTP: this is `http.server` in a thread speaking `POST /v1/chat/completions`. A test gives
+real HTTP: this is `http.server` in a thread speaking `POST /v1/chat/completions` (and the text
+`POST /v1/completions`, for prompts sent as token ids). A test gives
 it a responder, `(request_json, request_number) -> Reply`, which can answer with a completion,
 an HTTP error, a malformed body, or a delay longer than the client's timeout. Every request is
 recorded, so a test can count what a rerun asked for.
@@ -99,7 +100,7 @@ class ScriptedOpenAI:
                     request = {"_raw": raw.decode("utf-8", "replace")}
                 number = scripted._record(request, {k.lower(): v for k, v in self.headers.items()})
                 try:
-                    if not self.path.rstrip("/").endswith("/chat/completions"):
+                    if not self.path.rstrip("/").endswith(("/chat/completions", "/v1/completions")):
                         reply = Reply(404, {"error": {"message": f"no route {self.path}"}})
                     else:
                         try:
