@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.environment import open_harness
-from agent.policy_spec import RERANK_SUFFIX
+from agent.policy_spec import PolicySpec
 from agent.selection import select
 from agent.trajectory import RankedDocument, Trajectory
 from evaluation.candidates import merge_nx
@@ -59,12 +59,12 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
         raise ValueError("the question is empty")
     if k < 1 or parallel < 1:
         raise ValueError("k and parallel must be at least 1")
-    rerank = policy_spec.endswith(RERANK_SUFFIX)
-    policy_spec = policy_spec.removesuffix(RERANK_SUFFIX)
+    requested = PolicySpec.parse(policy_spec)
+    rerank, policy_spec = requested.rerank, requested.without_selection().name
     if rerank and reranker is None:
-        raise ValueError(f"policy {policy_spec + RERANK_SUFFIX!r} selects with the customer's reranker, and the customer "
+        raise ValueError(f"policy {requested.name!r} selects with the customer's reranker, and the customer "
                          "has none yet: materialize reranker_checkpoint (searchsmith finetune CUSTOMER --stage reranker)")
-    profile_spec = profile_spec.removesuffix(RERANK_SUFFIX) if profile_spec else None
+    profile_spec = PolicySpec.parse(profile_spec).without_selection().name if profile_spec else None
     with open_harness(policy_spec, index, profile_spec=profile_spec, max_output_docs=k) as harness:
         if parallel == 1:
             trajectories = [harness.run(question, seed=seed)]
@@ -79,8 +79,6 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
     if rerank and answer.seen_doc_ids():
         answer.metadata = {**answer.metadata, "policy_ranking": [doc.doc_id for doc in answer.final_ranking]}
         answer.final_ranking = select(answer, question, index, reranker, k)
-        if parallel == 1:
-            answer.policy = policy_spec + RERANK_SUFFIX
     summary = trajectories[0].summary() if parallel == 1 else merged.summary()
     return SearchResponse(_documents(answer.final_ranking, index, k), summary, trajectories)
 
