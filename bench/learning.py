@@ -248,6 +248,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="the run's home (default .searchsmith/learning-SIZE)")
     parser.add_argument("--out", type=Path, default=None, help="reports (default WORK/report)")
     parser.add_argument("--skip-synth", action="store_true", help="skip the synthetic test split comparison")
+    parser.add_argument("--skip-rl", action="store_true",
+                        help="train and evaluate the SFT student only (no CISPO stage, no SFT+CISPO rows): a run "
+                             "that cannot spend the CISPO row's hour; a later run without it reuses every finished row")
     parser.add_argument("--question-style", choices=("cloze", "natural"), default="cloze",
                         help="wording of the offline synthetic questions (synth.extractive); the run's home is "
                              "suffixed with it unless cloze")
@@ -284,16 +287,19 @@ def main() -> None:
     stage = time.perf_counter()
     sft = cli(["finetune", name, "--stage", "sft"], env, log)
     timings["sft_s"] = time.perf_counter() - stage
-    stage = time.perf_counter()
-    rl = cli(["finetune", name, "--stage", "rl"], env, log)
-    timings["rl_s"] = time.perf_counter() - stage
+    rl = None
+    if not args.skip_rl:
+        stage = time.perf_counter()
+        rl = cli(["finetune", name, "--stage", "rl"], env, log)
+        timings["rl_s"] = time.perf_counter() - stage
 
     print(f"[{args.size}] evaluation on {size.eval_questions} dev questions (k={K})", file=sys.stderr)
     from agent.policies import checkpoint_profile
     from evaluation.external import load_external_benchmark
 
     bench = load_external_benchmark(records, limit=size.eval_questions)
-    sft_spec, rl_spec = f"transformers:{sft['adapter_path']}", f"transformers:{rl['adapter_path']}"
+    sft_spec = f"transformers:{sft['adapter_path']}"
+    rl_spec = f"transformers:{rl['adapter_path']}" if rl else None
     profile = {k: v for k, v in (checkpoint_profile(sft_spec) or {}).items() if k != "prompt_version"}
     turn_cap = {"max_turns": PROFILE["max_turns"]}
     stage = time.perf_counter()
@@ -302,8 +308,9 @@ def main() -> None:
         run_row("heuristic", "heuristic", bench.tasks, bench.index, out, turn_cap, size),
         run_row("base", "transformers:smollm2", bench.tasks, bench.index, out, profile, size),
         run_row("sft", sft_spec, bench.tasks, bench.index, out, turn_cap, size),
-        run_row("sft+cispo", rl_spec, bench.tasks, bench.index, out, turn_cap, size),
     ]
+    if rl_spec:
+        rows.append(run_row("sft+cispo", rl_spec, bench.tasks, bench.index, out, turn_cap, size))
     timings["eval_s"] = time.perf_counter() - stage
 
     synth: list[dict[str, Any]] = []
@@ -316,14 +323,16 @@ def main() -> None:
         tasks_path = work / "home" / "artifacts" / final_tasks_key(name)
         held_out = tasks_from_synth(read_synth_tasks(tasks_path, split="test", limit=size.synth_test), chunks)
         stage = time.perf_counter()
-        synth = [synth_rewards("sft", sft_spec, held_out, index, out, size), synth_rewards("sft+cispo", rl_spec, held_out, index, out, size)]
+        synth = [synth_rewards("sft", sft_spec, held_out, index, out, size)]
+        if rl_spec:
+            synth.append(synth_rewards("sft+cispo", rl_spec, held_out, index, out, size))
         timings["synth_eval_s"] = time.perf_counter() - stage
     timings["total_s"] = time.perf_counter() - started
 
     result = {"size": args.size, "question_style": args.question_style, "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
               "corpus_documents": n_docs, "sync": synced, "tasks": {k: tasks.get(k) for k in ("generated", "verified", "by_split", "failed")},
               "sft": {"adapter": sft["adapter_path"], "steps": sft["steps"], "metrics": sft["metrics"]},
-              "rl": {"adapter": rl["adapter_path"], "steps": rl["steps"], "metrics": rl["metrics"]},
+              "rl": {"adapter": rl["adapter_path"], "steps": rl["steps"], "metrics": rl["metrics"]} if rl else None,
               "rows": rows, "synthetic_test": synth, "timings_s": {k: round(v, 1) for k, v in timings.items()}}
     (out / "learning.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     print(f"\n## Learning benchmark, size {args.size}, {args.question_style} synthetic questions: first {size.eval_questions} questions of {records.name}, k={K}\n")
@@ -333,7 +342,8 @@ def main() -> None:
         for s in synth:
             print(f"- {s['row']}: {s['mean_reward']:.3f} [{s['ci'][0]:.3f}, {s['ci'][1]:.3f}] over {s['n']} tasks (answer found {s['answer_found']:.3f})")
     print("\nTimings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
-    print(f"tasks: {result['tasks']}; SFT {sft['steps']} steps; CISPO {rl['steps']} steps; written to {out / 'learning.json'}")
+    cispo = f"CISPO {rl['steps']} steps" if rl else "CISPO not run (--skip-rl)"
+    print(f"tasks: {result['tasks']}; SFT {sft['steps']} steps; {cispo}; written to {out / 'learning.json'}")
 
 
 if __name__ == "__main__":
