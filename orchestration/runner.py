@@ -106,14 +106,14 @@ def open_index(customer: str):
 def search(customer: str, question: str, policy_spec: str, k: int, parallel: int, save: str | None = None) -> dict[str, Any]:
     """Answer from the customer's built index; the index must have been materialized (`sync`).
     `save`: a JSONL file for the whole trajectories (one line per rollout), as the viewer opens."""
-    from agent.policy_spec import RERANK_SUFFIX
+    from agent.policy_spec import PolicySpec
     from agent.trajectory import write_jsonl
     from orchestration.definitions import defs
     from serving.per_customer import customer_reranker
     from serving.search import PolicyFailed, run_search
 
     index, _ = open_index(customer)
-    reranker = customer_reranker(defs.resources["store"].get(), customer) if policy_spec.endswith(RERANK_SUFFIX) else None
+    reranker = customer_reranker(defs.resources["store"].get(), customer) if PolicySpec.parse(policy_spec).rerank else None
     try:
         response = run_search(index, question, policy_spec, k, parallel, reranker=reranker)
     except PolicyFailed as error:  # an unreachable endpoint is an error, never an empty answer

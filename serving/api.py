@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent.policy_spec import RERANK_SUFFIX
+from agent.policy_spec import PolicySpec
 from search.index import HybridIndex
 from search.reranker import Reranker
 from serving.api_keys import ApiKeyStore
@@ -304,7 +304,7 @@ def create_app(
         except (LookupError, FileNotFoundError) as error:
             raise IndexUnavailable(str(error)) from error
         try:
-            reranker = reranker_for(customer) if policy.endswith(RERANK_SUFFIX) else None
+            reranker = reranker_for(customer) if PolicySpec.parse(policy).rerank else None
             response = run_search(index, query, policy, k, profile_spec=profile_for(customer), reranker=reranker)
         except PolicyFailed as error:
             raise _ApiError(502, "policy_failed", "the customer's search policy failed; see the service log") from error

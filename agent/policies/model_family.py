@@ -23,6 +23,24 @@ def chat_format_of(tokenizer: Any, model_config: Any = None) -> str:
     return "harmony" if "<|channel|>" in vocab and "<|call|>" in vocab else "chatml"
 
 
+# A turn ends at ChatML's <|im_end|>, or at harmony's <|call|> / <|return|> (never at <|end|>,
+# which closes a message inside a turn: an analysis, or one of several tool calls).
+TURN_END_MARKERS = {"chatml": ("<|im_end|>",), "harmony": ("<|return|>", "<|call|>")}
+
+
+def end_of_turn_ids(tokenizer: Any, chat_format: str, first: list[int] | None = None) -> list[int]:
+    """The token ids a generated turn stops at: `first` (e.g. the model's generation config), then
+    the tokenizer's eos, then the family's end-of-turn markers, each once and in that order (the
+    first one is the padding fallback of a tokenizer without a pad token)."""
+    ids: list[int] = []
+    vocab = tokenizer.get_vocab()
+    markers = [vocab.get(marker) for marker in TURN_END_MARKERS.get(chat_format, TURN_END_MARKERS["chatml"])]
+    for value in [*(first or []), tokenizer.eos_token_id, *markers]:
+        if isinstance(value, int) and value not in ids:
+            ids.append(value)
+    return ids
+
+
 def prepare_tokenizer(tokenizer: Any, model_config: Any = None) -> Any:
     """Give a harmony model's tokenizer our harmony template (a gpt-oss folder ships OpenAI's, which
     renders one tool call per turn and today's date); other tokenizers are returned untouched."""

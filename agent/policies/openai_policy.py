@@ -242,14 +242,11 @@ class OpenAIPolicy:
 
     def _template(self) -> tuple[Any, str, list[int]]:
         """(tokenizer with the family's template, chat format, end-of-turn token ids)."""
-        from agent.policies.model_family import chat_format_of, prepare_tokenizer
+        from agent.policies.model_family import chat_format_of, end_of_turn_ids, prepare_tokenizer
 
         tokenizer = prepare_tokenizer(load_tokenizer(self.tokenizer_path))
         chat_format = chat_format_of(tokenizer)
-        vocab = tokenizer.get_vocab()
-        markers = ("<|return|>", "<|call|>") if chat_format == "harmony" else ("<|im_end|>",)
-        ends = [vocab[m] for m in markers if m in vocab] + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
-        return tokenizer, chat_format, ends
+        return tokenizer, chat_format, end_of_turn_ids(tokenizer, chat_format)
 
     def _complete_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str) -> PolicyStep:
         """One turn with the prompt rendered here and sent as token ids (module docstring)."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from agent.adapter_sidecar import read_sidecar
 from agent.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
-from agent.policies.model_family import chat_format_of, load_options, prepare_tokenizer
+from agent.policies.model_family import chat_format_of, end_of_turn_ids, load_options, prepare_tokenizer
 from agent.policies.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCache
 from agent.policies.runaway import RunawayStop
 from agent.policies.tool_parsing import distinct_calls, parse_reply
@@ -190,19 +190,10 @@ def prefix_cache_tokens() -> int:
 
 def from_model(model: Any, tokenizer: Any) -> LoadedModel:
     """Wrap an already-loaded model (e.g. the one an RL trainer is updating) for generation."""
-    ids: list[int] = []
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (gen_eos if isinstance(gen_eos, list) else [gen_eos]) + [tokenizer.eos_token_id]:
-        if isinstance(value, int) and value not in ids:
-            ids.append(value)
     config = getattr(model, "config", None)
     chat_format = chat_format_of(tokenizer, config)
-    vocab = tokenizer.get_vocab()
-    # A turn ends at ChatML's <|im_end|>, or at harmony's <|call|> / <|return|> (never at <|end|>,
-    # which closes a message inside a turn: an analysis, or one of several tool calls).
-    for marker in ("<|return|>", "<|call|>") if chat_format == "harmony" else ("<|im_end|>",):
-        if marker in vocab and vocab[marker] not in ids:
-            ids.append(vocab[marker])
+    ids = end_of_turn_ids(tokenizer, chat_format, first=gen_eos if isinstance(gen_eos, list) else [gen_eos])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (ids[0] if ids else None)
     max_positions = getattr(config, "max_position_embeddings", None)
     return LoadedModel(model=model, tokenizer=tokenizer, eos_token_ids=ids, pad_token_id=pad,
