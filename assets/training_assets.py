@@ -17,6 +17,8 @@ from assets.resources import ArtifactStoreResource, ChromaResource, CustomersRes
 from assets.synth_assets import distractor_sets
 from core.layout import chunks_key, final_tasks_key, kept_trajectories_key, sft_dataset_prefix
 from evaluation.per_customer import png_markdown
+from serving.per_customer import customer_reranker
+from serving.served_state import load_served
 from synth.per_customer import load_tasks
 from training.per_customer import (
     CheckpointManifest,
@@ -124,13 +126,18 @@ def sft_trajectories(
     config = customers.get(name)
     settings = config.training
     tasks = _train_split(name, store, settings.teacher.max_tasks)
-    policy, teacher = teacher_policy(config, settings.teacher, max_docs=student_harness(settings).max_output_docs,
-                                     llm=policy_llm.for_customer(config))
-    context.log.info(f"teacher {teacher}: {settings.teacher.k_rollouts} rollout(s) on {len(tasks)} train tasks")
+    served = load_served(store.get(), name)
+    teacher = teacher_policy(config, settings.teacher, max_docs=student_harness(settings).max_output_docs,
+                             llm=policy_llm.for_customer(config), served=served.policy if served else None)
+    reranker = customer_reranker(store.get(), name) if teacher.selects else None
+    if teacher.selects and reranker is None:
+        raise ValueError(f"customer {name!r}: the teacher {teacher.description} selects with the customer's reranker, and there "
+                         "is none yet: materialize reranker_checkpoint first")
+    context.log.info(f"teacher {teacher.description}: {settings.teacher.k_rollouts} rollout(s) on {len(tasks)} train tasks")
     with tempfile.TemporaryDirectory() as folder:
-        data = collect_sft_trajectories(name, store.get(), open_index(name, store, chroma, customers), tasks, policy,
+        data = collect_sft_trajectories(name, store.get(), open_index(name, store, chroma, customers), tasks, teacher.policy,
                                         settings.teacher, Path(folder), harness=student_harness(settings),
-                                        student=student_policy(settings))
+                                        student=student_policy(settings), reranker=reranker)
         histogram = png_markdown(data.histogram) if data.histogram else ""
     filtered = data.metadata.pop("filter")
     return dg.MaterializeResult(metadata={

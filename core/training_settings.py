@@ -39,7 +39,8 @@ class TeacherSettings(_Strict):
     """How teacher trajectories are collected over the train split."""
 
     # `auto`: the customer's `teacher:` endpoint when it has one, else the offline heuristic;
-    # `teacher`: that endpoint (an error without one); anything else is a `load_policy` spec.
+    # offline, `heuristic+rerank` once the promotion gate serves it (it won on the test split);
+    # `teacher`: that endpoint (an error without one); anything else is a `load_policy` spec (`+rerank` allowed).
     policy: str = "auto"
     k_rollouts: int = Field(1, ge=1, description="rollouts per task, seeds seed..seed+k-1")
     workers: int = Field(4, ge=1, description="concurrent episodes")

@@ -19,7 +19,7 @@ from evaluation.synth_tasks import tasks_from_synth
 from search.reranker import Reranker
 from synth.generate import generate_tasks
 from tests.test_synth_extractive import demo_frames, demo_index  # noqa: F401 - module fixtures: the demo corpus and its index
-from training.per_customer import read_reranker, train_reranker_checkpoint
+from training.per_customer import collect_sft_trajectories, read_reranker, train_reranker_checkpoint, train_tasks
 from training.reranker import training_pairs
 
 SETTINGS = RerankerSettings(max_tasks=16, distractors=3, hard_negatives=3, batch_size=16, learning_rate=1e-4, eval_tasks=8, eval_depth=10,
@@ -81,6 +81,30 @@ def test_selection_reorders_only_what_the_episode_surfaced(trained, tasks, demo_
             assert 0 < len(output) <= 5 and len(set(output)) == len(output)
             assert set(output) <= set(trajectory.seen_doc_ids())  # never adds a document
             assert trajectory.policy == spec and "policy_ranking" in trajectory.metadata
+
+
+def test_a_selecting_teacher_distils_the_selected_answers(trained, tasks, demo_frames, demo_index, tmp_path):  # noqa: F811
+    """`heuristic+rerank` as the SFT teacher (once the gate serves it): each rollout's final ranking
+    is rebuilt by selection before the filter, and the answer the student is taught says the same."""
+    from agent.final_answer import parse_final_answer
+    from agent.harness import HarnessConfig
+    from agent.policies import load_policy
+    from core.training_settings import TeacherSettings
+
+    _, _, checkpoint = trained
+    store = LocalArtifactStore(tmp_path / "store")
+    train = train_tasks(tasks, demo_frames[0], max_tasks=4)
+    data = collect_sft_trajectories("acme", store, demo_index, train, load_policy("heuristic", max_docs=5),
+                                    TeacherSettings(workers=1), tmp_path / "work", harness=HarnessConfig(max_output_docs=5),
+                                    reranker=Reranker.load(checkpoint.path))
+    assert data.kept and data.metadata["teacher"] == "heuristic+rerank"
+    for trajectory in data.kept:
+        assert trajectory.metadata["selection"] == "reranker" and len(trajectory.final_ranking) <= 5
+        assert set(trajectory.output_doc_ids()) <= set(trajectory.seen_doc_ids())
+        final = next(turn for turn in reversed(trajectory.turns) if not turn.tool_calls)
+        for text in (final.completion, trajectory.final_text):
+            parsed = parse_final_answer(text, document_title=demo_index.document_title, chunk_docs=trajectory.chunk_docs)
+            assert [doc.doc_id for doc in parsed.documents] == trajectory.output_doc_ids() and not parsed.errors
 
 
 def test_fusion_keeps_agreement_first_and_policy_weight_zero_is_the_reranker_alone():

@@ -37,27 +37,37 @@ def _customer(training: dict | None = None, teacher=None):
 
 def test_auto_teacher_is_the_customer_endpoint_when_configured_else_the_heuristic():
     settings = TrainingSettings().teacher
-    policy, described = teacher_policy(_customer(), settings)
-    assert policy.name == "heuristic" and "offline" in described
+    teacher = teacher_policy(_customer(), settings)
+    assert teacher.policy.name == "heuristic" and "offline" in teacher.description and not teacher.selects
     from core.config import TeacherEndpoint
     from llm.client import LLMClient
 
     endpoint = TeacherEndpoint(base_url="http://127.0.0.1:9/v1", model="teacher-1", timeout_s=5.0, concurrency=3)
-    policy, described = teacher_policy(_customer(teacher=endpoint), settings)
-    assert "teacher-1" in policy.name and "127.0.0.1:9" in described
-    client = policy.client()  # the endpoint's limits hold for the teacher as a policy too
+    teacher = teacher_policy(_customer(teacher=endpoint), settings, served="heuristic+rerank")
+    assert "teacher-1" in teacher.policy.name and "127.0.0.1:9" in teacher.description and not teacher.selects
+    client = teacher.policy.client()  # the endpoint's limits hold for the teacher as a policy too
     assert (client.timeout_s, client.max_retries, client.concurrency) == (5.0, endpoint.max_retries, 3)
     held = LLMClient(base_url=endpoint.base_url, model=endpoint.model, api_key_env=None)
-    policy, _ = teacher_policy(_customer(teacher=endpoint), settings, llm=held)
-    assert policy.client() is held  # the caller's client (a Dagster resource's): its counters see every call
+    assert teacher_policy(_customer(teacher=endpoint), settings, llm=held).policy.client() is held  # the caller's client (a Dagster resource's): its counters see every call
     with pytest.raises(ValueError, match="no `teacher:` endpoint"):
         teacher_policy(_customer(), settings.model_copy(update={"policy": "teacher"}))
 
 
+def test_the_offline_teacher_is_the_heuristic_with_selection_once_the_gate_served_it():
+    settings = TrainingSettings().teacher
+    won = teacher_policy(_customer(), settings, served="heuristic+rerank")
+    assert won.policy.name == "heuristic" and won.selects and "heuristic+rerank" in won.description
+    for served in (None, "heuristic", "heuristic@4+rerank", "transformers:/models/acme/sft/abc+rerank", "transformers:/models/acme/sft/abc"):
+        teacher = teacher_policy(_customer(), settings, served=served)
+        assert teacher.policy.name == "heuristic" and not teacher.selects, served  # a checkpoint never teaches its successor
+    explicit = teacher_policy(_customer(), settings.model_copy(update={"policy": "heuristic+rerank"}), max_docs=5)
+    assert explicit.selects and explicit.policy.max_docs == 5
+
+
 def test_the_scripted_teacher_answers_within_the_profiles_answer_size():
     settings = TrainingSettings().teacher
-    five, _ = teacher_policy(_customer(), settings, max_docs=5)
-    ten, _ = teacher_policy(_customer(), settings)
+    five = teacher_policy(_customer(), settings, max_docs=5).policy
+    ten = teacher_policy(_customer(), settings).policy
     assert (five.max_docs, ten.max_docs) == (5, 10) and repr(five) != repr(ten)
 
 

@@ -172,30 +172,70 @@ def train_tasks(tasks: list, chunks: Any, max_tasks: int | None) -> list:
 # ---- sft_trajectories ---------------------------------------------------------------------------
 
 
-def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None = None, llm: LLMClient | None = None) -> tuple[Policy, str]:
-    """(policy, description). `policy: teacher` uses the customer's `teacher:` endpoint (tool calling);
-    `auto` uses it when configured and the offline heuristic otherwise; any other value is a
-    `load_policy` spec. `max_docs` (the profile's answer size) bounds the heuristic's answers: a
-    model reads the limit in its prompt, the script is told it, so no answer runs past it.
+@dataclass(frozen=True)
+class Teacher:
+    """The policy that writes the SFT trajectories. `selects`: its final rankings are rebuilt by
+    selection with the customer's reranker (`POLICY+rerank`, as the search service runs it)."""
+
+    policy: Policy
+    description: str
+    selects: bool = False
+
+
+def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None = None, llm: LLMClient | None = None,
+                   served: str | None = None) -> Teacher:
+    """`policy: teacher` uses the customer's `teacher:` endpoint (tool calling); `auto` uses it when
+    configured, else the best scripted policy the promotion gate has measured: `served` (the
+    customer's served spec) when it is the heuristic with selection (`heuristic+rerank` won on the
+    test split), the plain heuristic otherwise. A trained checkpoint never teaches its own
+    successor. Any other value is a `load_policy` spec, `+rerank` allowed.
+    `max_docs` (the profile's answer size) bounds the heuristic's answers: a model reads the limit
+    in its prompt, the script is told it, so no answer runs past it.
     `llm`: the endpoint's client when the caller holds one (the Dagster resource's), so its
     limits and counters apply; otherwise one is built from the `teacher:` section."""
     from agent.policies import load_policy
+    from agent.policy_spec import PolicySpec
 
     spec = settings.policy
     scripted = {"max_docs": max_docs} if max_docs is not None else {}
     endpoint = getattr(config, "teacher", None)
-    if spec in ("auto", "teacher"):
-        if endpoint is None:
-            if spec == "teacher":
-                raise ValueError(f"customer {config.name!r}: training.teacher.policy is 'teacher' but the file has no `teacher:` endpoint")
-            return load_policy("heuristic", **scripted), "heuristic (offline: no teacher endpoint)"
+    if spec == "teacher" and endpoint is None:
+        raise ValueError(f"customer {config.name!r}: training.teacher.policy is 'teacher' but the file has no `teacher:` endpoint")
+    if spec in ("auto", "teacher") and endpoint is not None:
         from agent.policies.openai_policy import OpenAIPolicy
 
         if llm is None:
             llm = LLMClient(base_url=endpoint.base_url, model=endpoint.model, api_key_env=endpoint.api_key_env,
                             timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries, concurrency=endpoint.concurrency)
-        return OpenAIPolicy.over(llm), f"{endpoint.model} at {endpoint.base_url}"
-    return load_policy(spec, **(scripted if spec.startswith("heuristic") else {})), spec
+        return Teacher(OpenAIPolicy.over(llm), f"{endpoint.model} at {endpoint.base_url}")
+    if spec == "auto":
+        winner = PolicySpec.parse(served) if served else None
+        if winner is not None and winner.rerank and winner.n == 1 and winner.policy.startswith("heuristic"):
+            return Teacher(load_policy(winner.policy, **scripted), f"{winner.name} (served: the promotion gate's pick on the test split)",
+                           selects=True)
+        return Teacher(load_policy("heuristic", **scripted), "heuristic (offline: no teacher endpoint)")
+    requested = PolicySpec.parse(spec)
+    inner = requested.without_selection().name
+    return Teacher(load_policy(inner, **(scripted if inner.startswith("heuristic") else {})), spec, selects=requested.rerank)
+
+
+def with_selection(trajectory: Trajectory, backend: SearchBackend, reranker: Any, k: int) -> Trajectory:
+    """The trajectory with its final ranking rebuilt by selection (`agent.selection`) and its final
+    answer rewritten to match, so SFT teaches the answer the served `+rerank` policy gives."""
+    from agent.final_answer import format_final_answer
+    from agent.selection import select
+
+    if not trajectory.seen_doc_ids():
+        return trajectory
+    selected = trajectory.model_copy(deep=True)
+    selected.final_ranking = select(trajectory, trajectory.question, backend, reranker, k)
+    answer = format_final_answer([(d.chunk_id or d.doc_id, d.justification or "") for d in selected.final_ranking])
+    final = next((turn for turn in reversed(selected.turns) if not turn.tool_calls), None)
+    if final is not None:
+        final.completion = answer
+    selected.final_text = answer
+    selected.metadata = {**selected.metadata, "selection": "reranker"}
+    return selected
 
 
 @dataclass
@@ -208,6 +248,7 @@ class SFTData:
 def collect_sft_trajectories(
     customer: str, store: ArtifactStore, backend: SearchBackend, bench_tasks: list, policy: Policy,
     settings: TeacherSettings, work_dir: Path, progress: bool = False, harness: Any = None, student: Policy | None = None,
+    reranker: Any = None,
 ) -> SFTData:
     """Teacher rollouts (resumable, per rollout in the store) -> Context-1 filter -> kept JSONL and
     a `datasets` folder in the store; the recall histogram is written under `work_dir`.
@@ -215,7 +256,8 @@ def collect_sft_trajectories(
     `harness` is the student's profile. Under the compact view the teacher still decides in the
     full view (it reads whole chunks) and the kept trajectories are replayed in the student's
     view (`student_view`) with the `student` policy's tokenizer, so SFT teaches what the student
-    will read and write."""
+    will read and write. `reranker`: the teacher selects (`Teacher.selects`): each rollout's final
+    ranking is rebuilt by selection before the filter scores it."""
     from training.kept_trajectories import filter_trajectories, kept_dataset
     from training.sft_plots import plot_recall_histograms
     from training.teacher_trajectories import collect_teacher_trajectories
@@ -230,8 +272,12 @@ def collect_sft_trajectories(
         prefix=teacher_rollouts_prefix(customer), seed=settings.seed, max_attempts=settings.max_attempts,
         progress=progress,
     )
+    trajectories = rollouts.trajectories
+    if reranker is not None:
+        answer_size = harness.max_output_docs if harness is not None else HarnessConfig().max_output_docs
+        trajectories = [with_selection(t, backend, reranker, answer_size) for t in trajectories]
     golds = {task.task_id: task.gold for task in bench_tasks}
-    result = filter_trajectories(rollouts.trajectories, golds, k=settings.k, seed=settings.filter_seed)
+    result = filter_trajectories(trajectories, golds, k=settings.k, seed=settings.filter_seed)
     if not result.kept:
         raise ValueError(f"the SFT filter kept none of {len(rollouts.trajectories)} teacher trajectories ({result.counts}); "
                          "a better teacher or more tasks are needed")
@@ -247,7 +293,7 @@ def collect_sft_trajectories(
         store.delete(stale)
     push_folder(store, dataset_dir, sft_dataset_prefix(customer))
     histogram = plot_recall_histograms(result.recall_before, result.recall_after, work_dir / "recall_histogram.png")
-    metadata = {"teacher": policy.name, "tasks": len(bench_tasks), **rollouts.metadata(), "filter": result.metadata(),
+    metadata = {"teacher": policy.name + ("+rerank" if reranker is not None else ""), "tasks": len(bench_tasks), **rollouts.metadata(), "filter": result.metadata(),
                 "student_view": harness.view if harness is not None else "full"}
     return SFTData(kept, metadata, histogram)
 
