@@ -570,6 +570,27 @@ def test_openai_policy_logprobs_from_real_server(openai_server):
     assert all(lp <= 0 for lp in step.completion_logprobs)
 
 
+@pytest.mark.integration
+@pytest.mark.slow
+def test_prompts_as_tokens_against_real_vllm(openai_server, smollm2_dir):
+    """The RL rollout path (issue 16): the prompt rendered here with the model's template, sent as
+    token ids to /v1/completions, the reply parsed with the family's parser, its token ids and
+    logprobs the ones vLLM sampled. The same turn through chat completions gives the same tokens."""
+    from agent.policies.openai_policy import OpenAIPolicy
+
+    if openai_server.backend != "vllm":
+        pytest.skip(f"{openai_server.backend} has no token-id prompts on /v1/completions")
+    options = {"timeout": 300, "max_retries": 1, "max_tokens": 48, "seed": 0, "logprobs": True, "token_ids": True}
+    as_tokens = OpenAIPolicy(openai_server.base_url, openai_server.model, prompt_as_tokens=True,
+                             tokenizer_path=str(smollm2_dir), **options).new_episode("q").act(FEW_SHOT, TOOLS)
+    assert as_tokens.error is None or "cut off" in as_tokens.error, as_tokens.error
+    assert as_tokens.tool_calls and all(c.name == "search_corpus" for c in as_tokens.tool_calls), as_tokens.raw_text
+    assert len(as_tokens.completion_logprobs) == len(as_tokens.completion_token_ids) == as_tokens.completion_tokens > 0
+    assert all(lp <= 0 for lp in as_tokens.completion_logprobs) and as_tokens.prompt_tokens > 0
+    as_chat = OpenAIPolicy(openai_server.base_url, openai_server.model, **options).new_episode("q").act(FEW_SHOT, TOOLS)
+    assert as_chat.completion_token_ids[: len(as_tokens.completion_token_ids)] == as_tokens.completion_token_ids[: len(as_chat.completion_token_ids)]
+
+
 # ---- the heuristic policy's pure helpers and its bridge hop, on hand-made chunks -----------
 
 from agent.policies.heuristic import HeuristicEpisode  # noqa: E402
