@@ -245,7 +245,9 @@ def vllm_sync(work: Path, syncs: int, lora_r: int = 8) -> dict:
         engine = VLLMRolloutEngine(base_url, "smollm2", tokenizer_path=str(model_dir), max_tokens=24, timeout=600)
         reports = [engine.sync(model, step, work) for step in range(1, syncs + 1)]
         task = lighthouse_tasks()[0]
-        with Harness(MemoryBackend(), engine.policy(), HarnessConfig.for_training(max_turns=1)) as harness:
+        # A profile that fits the server's 4,096-token --max-model-len (the window check refuses more).
+        profile = HarnessConfig.for_training(max_turns=1, token_budget=2048, search_budget_tokens=512, response_reserve_tokens=256)
+        with Harness(MemoryBackend(), engine.policy(), profile) as harness:
             trajectory = harness.run(task.question, seed=3)
         sequences, _ = sequences_from_trajectory(tokenizer, trajectory, 0.0, merge=False)
         model.eval()
