@@ -38,7 +38,7 @@ def chroma_index(
         build = build_customer_index(name, store.get(), chroma.client(), customer_embedder(customers, name), chroma.cache_dir())
     stats = build.stats.as_dict()
     context.log.info(f"index {stats['collection']}: embedded {stats['embedded']}, deleted {stats['deleted']}, kept {stats['kept']}")
-    return dg.MaterializeResult(metadata={**stats, "chroma_mode": chroma.mode, "embedding_model": build.index.embedder.name})
+    return dg.MaterializeResult(metadata={**stats, "chroma_mode": chroma.resolved().mode, "embedding_model": build.index.embedder.name})
 
 
 def open_index(name: str, store: ArtifactStoreResource, chroma: ChromaResource, customers: CustomersResource):

@@ -1,7 +1,14 @@
-"""Dagster resources: thin configurable wrappers that hand plain clients to the stage code."""
+"""Dagster resources: thin configurable wrappers that hand plain clients to the stage code.
+
+Defaults are read from the environment when a client is first built (a run, a sensor tick, the
+CLI), never when the code location is imported: `dagster api grpc` loads the same definitions
+for every deployment, and a deployment's variables are the ones its processes run with.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -13,7 +20,8 @@ from core.storage import ArtifactStore, open_store
 
 
 class ArtifactStoreResource(dg.ConfigurableResource):
-    """`location`: a local folder or `s3://bucket/prefix`; empty means `$SEARCHSMITH_HOME/artifacts`."""
+    """`location`: a local folder or `s3://bucket/prefix`; empty means `$SEARCHSMITH_ARTIFACTS`,
+    else `$SEARCHSMITH_HOME/artifacts`."""
 
     location: str = ""
     endpoint_url: str | None = None
@@ -21,7 +29,8 @@ class ArtifactStoreResource(dg.ConfigurableResource):
 
     def get(self) -> ArtifactStore:
         if self._store is None:
-            self._store = open_store(self.location or str(searchsmith_home() / "artifacts"), self.endpoint_url)
+            location = self.location or os.environ.get("SEARCHSMITH_ARTIFACTS", "").strip() or str(searchsmith_home() / "artifacts")
+            self._store = open_store(location, self.endpoint_url)
         return self._store
 
 
@@ -53,10 +62,38 @@ class CustomersResource(dg.ConfigurableResource):
         return path
 
 
-class ChromaResource(dg.ConfigurableResource):
-    """One Chroma deployment for every customer: `embedded` (a folder), `http` (`chroma run`), `cloud`."""
+CHROMA_MODES = ("embedded", "http", "cloud")
 
-    mode: str = "embedded"
+
+def _flag(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def chroma_settings_from_env(environ: Mapping[str, str]) -> dict:
+    """The Chroma deployment `SEARCHSMITH_CHROMA_*` names (orchestration.deployment lists them):
+    embedded when unset; a bad value is an error naming the variable."""
+    mode = environ.get("SEARCHSMITH_CHROMA_MODE", "").strip() or "embedded"
+    if mode not in CHROMA_MODES:
+        raise ValueError(f"SEARCHSMITH_CHROMA_MODE={mode!r}: expected one of {', '.join(CHROMA_MODES)}")
+    if mode == "embedded":
+        return {"mode": "embedded"}
+    if mode == "cloud":
+        return {"mode": "cloud", "tenant": environ.get("SEARCHSMITH_CHROMA_TENANT") or None,
+                "database": environ.get("SEARCHSMITH_CHROMA_DATABASE") or None}
+    host = environ.get("SEARCHSMITH_CHROMA_HOST", "").strip()
+    if not host:
+        raise ValueError("SEARCHSMITH_CHROMA_MODE=http needs SEARCHSMITH_CHROMA_HOST")
+    port = environ.get("SEARCHSMITH_CHROMA_PORT", "8000")
+    if not port.isdigit():
+        raise ValueError(f"SEARCHSMITH_CHROMA_PORT={port!r} is not a port number")
+    return {"mode": "http", "host": host, "port": int(port), "ssl": _flag(environ.get("SEARCHSMITH_CHROMA_SSL", ""))}
+
+
+class ChromaResource(dg.ConfigurableResource):
+    """One Chroma deployment for every customer: `embedded` (a folder), `http` (`chroma run`), `cloud`;
+    `mode` empty: the one `SEARCHSMITH_CHROMA_*` names (`chroma_settings_from_env`), embedded when unset."""
+
+    mode: str = ""
     path: str = ""  # embedded: default $SEARCHSMITH_HOME/chroma
     host: str = "127.0.0.1"
     port: int = 8000
@@ -66,19 +103,26 @@ class ChromaResource(dg.ConfigurableResource):
     database: str | None = None
     _client: object | None = PrivateAttr(default=None)
 
+    def resolved(self, environ: Mapping[str, str] | None = None) -> ChromaResource:
+        """This resource with an empty `mode` filled in from the environment."""
+        if self.mode:
+            return self
+        return ChromaResource(**{**self.model_dump(exclude={"mode"}), **chroma_settings_from_env(os.environ if environ is None else environ)})
+
     def client(self):
         from search.chroma_client import make_client
 
         if self._client is None:
+            settings = self.resolved()
             self._client = make_client(
-                self.mode,
-                path=self.path or str(searchsmith_home() / "chroma"),
-                host=self.host,
-                port=self.port,
-                ssl=self.ssl,
-                api_key_env=self.api_key_env,
-                tenant=self.tenant,
-                database=self.database,
+                settings.mode,
+                path=settings.path or str(searchsmith_home() / "chroma"),
+                host=settings.host,
+                port=settings.port,
+                ssl=settings.ssl,
+                api_key_env=settings.api_key_env,
+                tenant=settings.tenant,
+                database=settings.database,
             )
         return self._client
 

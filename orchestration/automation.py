@@ -1,6 +1,15 @@
-"""Schedules and sensors: per-customer resync crons, the partition-registering sensor, and the
-sensor that retrains a customer whose corpus changed enough."""
+"""Sensors: the partition-registering sensor, the per-customer resync crons, and the sensor that
+retrains a customer whose corpus changed enough.
 
+Why the resync crons are a sensor and not one schedule per customer: schedules are fixed when the
+code location loads, so building them meant scanning the customers folder at import, and a new
+customer file needed a redeploy. The sensor reads the registry when it ticks."""
+
+
+import json
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
 
 import dagster as dg
 
@@ -21,20 +30,59 @@ def customer_files_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResul
     return dg.SensorResult(dynamic_partitions_requests=requests, skip_reason=None if new else "no new customer files")
 
 
-def resync_schedule(name: str, cron: str) -> dg.ScheduleDefinition:
-    """One schedule per customer, on the cron of its customer file."""
-
-    @dg.schedule(name=f"corpus_resync_{name.replace('-', '_')}", cron_schedule=cron, job=corpus_resync_job, default_status=dg.DefaultScheduleStatus.STOPPED)
-    def _schedule(context: dg.ScheduleEvaluationContext):
-        if name not in context.instance.get_dynamic_partitions(customers_partitions.name):
-            return dg.SkipReason(f"customer {name} is not registered as a partition yet")
-        return dg.RunRequest(partition_key=name, tags={"customer": name}, run_key=f"{name}:{context.scheduled_execution_time.isoformat()}")
-
-    return _schedule
+RESYNC_SENSOR = "customer_resync_sensor"
 
 
-def customer_schedules() -> list[dg.ScheduleDefinition]:
-    return [resync_schedule(name, config.schedule) for name, config in sorted(CustomerRegistry().customers().items())]
+def due_resyncs(crons: Mapping[str, str], cursor: Mapping[str, float], now: float) -> tuple[dict[str, datetime], dict[str, float]]:
+    """Per customer, the latest tick of its cron in (cursor[customer], now], and the next cursor.
+
+    A customer the cursor has not seen yet starts at `now` (adding a customer does not resync it
+    at once: its first resync is its cron's next tick). Ticks missed while the daemon was down
+    collapse into one run, as a Dagster schedule's missed ticks do. Pure: times are UTC seconds."""
+    from dagster._utils.schedules import cron_string_iterator
+
+    due: dict[str, datetime] = {}
+    seen: dict[str, float] = {}
+    for name, cron in sorted(crons.items()):
+        since = cursor.get(name)
+        if since is None:
+            seen[name] = now
+            continue
+        latest = None
+        for tick in cron_string_iterator(since, cron, "UTC"):
+            if tick.timestamp() > now:
+                break
+            if tick.timestamp() > since:
+                latest = tick
+        if latest is not None:
+            due[name] = latest.astimezone(timezone.utc)
+        seen[name] = now
+    return due, seen
+
+
+@dg.sensor(
+    name=RESYNC_SENSOR,
+    job=corpus_resync_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.STOPPED,  # a resync crawls the customer's sources: opt in
+    description="Each registered customer's `corpus_resync` on the cron of its customer file (`schedule:`), "
+    "read when the sensor ticks, so a new or edited customer file needs no redeploy; one run per tick (run key).",
+)
+def customer_resync_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    customers, problems = CustomerRegistry().scan()
+    for problem in problems:
+        context.log.warning(f"unusable customer file {problem.path}: {problem.reason}")
+    registered = set(context.instance.get_dynamic_partitions(customers_partitions.name))
+    crons = {name: config.schedule for name, config in customers.items() if name in registered}
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    due, seen = due_resyncs(crons, cursor, time.time())
+    requests = [
+        dg.RunRequest(partition_key=name, run_key=f"{name}:{tick.isoformat()}",
+                      tags={"customer": name, "searchsmith/trigger": "schedule", "searchsmith/tick": tick.isoformat()})
+        for name, tick in sorted(due.items())
+    ]
+    return dg.SensorResult(run_requests=requests, cursor=json.dumps(seen, sort_keys=True),
+                           skip_reason=None if requests else "no customer's resync cron is due")
 
 
 @dg.sensor(

@@ -1,4 +1,8 @@
-"""The Dagster code location: `dagster dev -w workspace.yaml` and the CLI both load this."""
+"""The Dagster code location: `dagster dev -w workspace.yaml` and the CLI both load this.
+
+Importing it reads no file and no environment variable: the customers are dynamic partitions
+(registered by `customer_files_sensor`) and their resync crons are read by
+`customer_resync_sensor` when it ticks."""
 
 from __future__ import annotations
 
@@ -7,12 +11,11 @@ import dagster as dg
 from assets.benchmark_assets import benchmark_report
 from assets.corpus_assets import chunks, raw_documents
 from assets.index_assets import chroma_index, dense_recall_matches_brute_force, index_count_matches_chunks_check, no_duplicate_ids_check
-from assets.resources import ArtifactStoreResource, CustomersResource, LLMResource
+from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource, LLMResource
 from assets.serving_assets import served_model
 from assets.synth_assets import distractor_sets, enough_verified_tasks_per_split, supporting_quotes_in_documents, synthetic_tasks, verified_tasks
 from assets.training_assets import cispo_checkpoint, reranker_beats_its_start, reranker_checkpoint, sft_checkpoint, sft_trajectories
-from orchestration.automation import corpus_change_sensor, customer_files_sensor, customer_schedules
-from orchestration.deployment import chroma_from_env
+from orchestration.automation import corpus_change_sensor, customer_files_sensor, customer_resync_sensor
 from orchestration.jobs import (
     all_assets_job,
     corpus_resync_job,
@@ -49,12 +52,13 @@ def build_definitions() -> dg.Definitions:
             serve_job,
             all_assets_job,
         ],
-        schedules=customer_schedules(),
-        sensors=[customer_files_sensor, corpus_change_sensor],
+        sensors=[customer_files_sensor, customer_resync_sensor, corpus_change_sensor],
         resources={
-            "store": ArtifactStoreResource(location=dg.EnvVar("SEARCHSMITH_ARTIFACTS").get_value("") or ""),
+            # Nothing is read from the environment or the customers folder here: resources read
+            # SEARCHSMITH_* when a run, a sensor tick or the CLI first builds a client.
+            "store": ArtifactStoreResource(),
             "customers": CustomersResource(),
-            "chroma": chroma_from_env(),  # embedded unless SEARCHSMITH_CHROMA_MODE says otherwise
+            "chroma": ChromaResource(),  # embedded unless SEARCHSMITH_CHROMA_MODE says otherwise
             "teacher_llm": LLMResource(temperature=0.7),  # task generation samples for variety
             "policy_llm": LLMResource(temperature=0.0),  # the teacher policy sets its own sampling per request
         },

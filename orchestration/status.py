@@ -62,18 +62,17 @@ def check_status(instance: dg.DagsterInstance, check: dg.AssetCheckKey, customer
 
 
 def next_resync(instance: dg.DagsterInstance, customer: str, cron: str, now: datetime | None = None) -> dict[str, Any]:
-    """The next tick of the customer's resync cron (UTC) and whether its schedule runs."""
+    """The next tick of the customer's resync cron (UTC) and whether the resync sensor runs."""
     from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
     from dagster._utils.schedules import cron_string_iterator
 
-    from orchestration.automation import resync_schedule
+    from orchestration.automation import RESYNC_SENSOR
 
-    name = resync_schedule(customer, cron).name
     start = (now or datetime.now(timezone.utc)).timestamp()
     upcoming = next(cron_string_iterator(start, cron, "UTC"))
-    states = instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)
-    running = any(state.instigator_name == name and state.status == InstigatorStatus.RUNNING for state in states)
-    return {"schedule": name, "cron": cron, "next": upcoming.astimezone(timezone.utc).isoformat(timespec="seconds"), "running": running}
+    states = instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+    running = any(state.instigator_name == RESYNC_SENSOR and state.status == InstigatorStatus.RUNNING for state in states)
+    return {"sensor": RESYNC_SENSOR, "cron": cron, "next": upcoming.astimezone(timezone.utc).isoformat(timespec="seconds"), "running": running}
 
 
 def served_status(customer: str) -> dict[str, Any]:
@@ -135,6 +134,6 @@ def render_status(payload: dict[str, Any], now: datetime | None = None) -> str:
         if figures:
             lines.append(f"  {suite}: {figures}")
     resync = payload["resync"]
-    lines.append(f"next resync: {resync['next']} (cron {resync['cron']}; schedule {resync['schedule']} "
+    lines.append(f"next resync: {resync['next']} (cron {resync['cron']}; sensor {resync['sensor']} "
                  f"{'running' if resync['running'] else 'stopped: start it in the UI, with the daemon running'})")
     return "\n".join(lines)

@@ -5,8 +5,8 @@ server, SeaweedFS as the artifact store and the compute-log bucket.
 
 One scenario runs once per module (it costs a few minutes on two cores) and records what
 happened; each test checks one property of the record:
-- two customers' resync schedules are due (the first tick forced through the instance by starting
-  the schedules in the past, the second a minute later), so the daemon queues resyncs of both
+- two customers' resync crons are due (the first tick forced through the instance by starting
+  the resync sensor with a cursor in the past, the second a minute later), so the daemon queues resyncs of both
   customers, two of each; each customer has a local folder and a website its crawler fetches
   politely (10 s between requests), so a resync lasts at least 30 s and the second tick's runs
   wait in the queue behind the first;
@@ -166,26 +166,31 @@ def _code_server_ready(port: int) -> bool:
 
 
 def _start_instigators(instance, port: int, started_ago_s: float) -> list:
-    """Start both resync schedules as if they had been started `started_ago_s` ago (so their
-    ticks are due now, through the instance) and the corpus change sensor; returns the schedules."""
+    """Start the resync sensor with a cursor `started_ago_s` old for both customers (so a tick of
+    their every-minute cron is due now, through the instance) and the corpus change sensor;
+    returns the resync sensor."""
+    import json
+
+    from dagster._core.definitions.sensor_definition import SensorType
     from dagster._core.remote_origin import GrpcServerCodeLocationOrigin
-    from dagster._core.scheduler.instigation import ScheduleInstigatorData
+    from dagster._core.scheduler.instigation import SensorInstigatorData
 
     origin = GrpcServerCodeLocationOrigin(host="127.0.0.1", port=port, location_name=LOCATION)
     location = origin.create_location(instance)
     repository = location.get_repository("__repository__")
-    schedules = [repository.get_schedule(f"corpus_resync_{name}") for name in CUSTOMERS]
-    for schedule in schedules:
-        state = instance.start_schedule(schedule)
-        due = ScheduleInstigatorData(schedule.cron_schedule, start_timestamp=time.time() - started_ago_s)
-        instance.update_instigator_state(state.with_data(due))
+    resync = repository.get_sensor("customer_resync_sensor")
+    state = instance.start_sensor(resync)
+    since = time.time() - started_ago_s
+    cursor = json.dumps({name: since for name in CUSTOMERS})
+    instance.update_instigator_state(state.with_data(SensorInstigatorData(min_interval=resync.min_interval_seconds, cursor=cursor,
+                                                                          sensor_type=SensorType.STANDARD)))
     instance.start_sensor(repository.get_sensor("corpus_change_sensor"))
-    return schedules
+    return [resync]
 
 
-def _stop_schedules(instance, schedules) -> None:
-    for schedule in schedules:
-        instance.stop_schedule(schedule.get_remote_origin_id(), schedule.selector_id, schedule)
+def _stop_sensors(instance, sensors) -> None:
+    for sensor in sensors:
+        instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
 
 
 def _sample(instance, record: Record) -> dict[str, str]:
@@ -280,10 +285,10 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, sites: dict, monkeypatch
     _wait(lambda: _code_server_ready(code_port) or (code_server.poll() is not None and pytest.fail(log_tail(logs["code server"]))),
           120, "the code server", logs)
     mark("code server ready")
-    schedules = _start_instigators(instance, code_port, started_ago_s=90)
-    # The forced tick fires as the daemon starts (give it 8 s); the schedules' next tick (the second
-    # resync of each customer) comes at the next minute, within 30 s, while the first resyncs
-    # still crawl (at least 30 s).
+    resync_sensors = _start_instigators(instance, code_port, started_ago_s=90)
+    # The forced tick fires as the daemon starts (give it 8 s); the crons' next tick (the second
+    # resync of each customer) comes at the next minute, within 30 s, and the sensor requests it
+    # within its 30 s interval, while the first resyncs still crawl (at least 30 s).
     to_next_minute = 60 - time.time() % 60
     if not 8 <= to_next_minute <= 30:
         time.sleep((to_next_minute - 20) % 60)
@@ -298,8 +303,8 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, sites: dict, monkeypatch
         return all(counts[name] >= RUNS_PER_CUSTOMER for name in CUSTOMERS)
 
     _wait(lambda: _sample(instance, record) is not None and scheduled_enough(), 150, "two scheduled resyncs per customer", logs)
-    _stop_schedules(instance, schedules)
-    mark("two resyncs per customer scheduled; schedules stopped")
+    _stop_sensors(instance, resync_sensors)
+    mark("two resyncs per customer scheduled; resync sensor stopped")
 
     # Kill the daemon while the changed customer's first resync runs and its second waits in the queue.
     def running_with_one_queued():
@@ -405,7 +410,7 @@ def test_due_schedules_queue_resyncs_that_run_to_success(scenario):
     for run in scenario.resyncs:
         tags = run.dagster_run.tags
         assert run.dagster_run.status.value == "SUCCESS", (run.dagster_run.run_id, tags)
-        assert tags.get("dagster/schedule_name") == f"corpus_resync_{_customer(run)}"
+        assert tags.get("dagster/sensor_name") == "customer_resync_sensor" and tags.get("searchsmith/trigger") == "schedule"
         assert tags.get("searchsmith/resync") == _customer(run), "the per-customer limit's tag"
     owner = {r.dagster_run.run_id: _customer(r) for r in scenario.resyncs}
     queued_together = [statuses for _, statuses in scenario.samples

@@ -13,7 +13,6 @@ import pytest
 from assets.corpus_assets import chunks, raw_documents
 from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, CustomersResource
-from core.registry import CustomerRegistry
 from orchestration.definitions import build_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +43,60 @@ def test_definitions_hold_exactly_the_lineage_checks_jobs_schedules_and_sensors(
     assert {job.name for job in defs.resolve_all_job_defs()} - {"__ASSET_JOB"} == {
         "corpus_resync", "customer_tasks", "finetune_sft", "finetune_rl", "finetune_all", "finetune_reranker",
         "customer_finetune", "serve_model", "customer_lineage"}
-    assert {sensor.name for sensor in defs.sensors} == {"customer_files_sensor", "corpus_change_sensor"}
-    assert {schedule.name for schedule in defs.schedules} == {f"corpus_resync_{name.replace('-', '_')}" for name in CustomerRegistry().customers()}
+    assert {sensor.name for sensor in defs.sensors} == {"customer_files_sensor", "customer_resync_sensor", "corpus_change_sensor"}
+    assert not defs.schedules  # resync crons are read by customer_resync_sensor when it ticks, not at import
+
+
+def test_importing_the_code_location_reads_no_customer_file_and_no_environment(tmp_path):
+    """The definitions load the same with no customers folder and a deployment's variables unset or
+    wrong: nothing is scanned or resolved until a run, a sensor tick or the CLI builds a client."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEARCHSMITH_")}
+    env.update({"SEARCHSMITH_CUSTOMERS_DIR": str(tmp_path / "missing"), "SEARCHSMITH_CHROMA_MODE": "nonsense",
+                "SEARCHSMITH_HOME": str(tmp_path / "home")})
+    code = "import orchestration.definitions as d; print(len(list(d.defs.sensors)))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "3", loaded.stderr[-2000:]
+    assert not (tmp_path / "home").exists()
+
+
+def test_resync_crons_are_due_once_per_tick_and_new_customers_wait_for_their_next_tick():
+    from datetime import datetime, timezone
+
+    from orchestration.automation import due_resyncs
+
+    def at(text: str) -> float:
+        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+
+    crons = {"acme": "0 3 * * *", "globex": "*/15 * * * *"}
+    due, cursor = due_resyncs(crons, {}, at("2026-12-01T03:05:00"))
+    assert due == {} and cursor == {"acme": at("2026-12-01T03:05:00"), "globex": at("2026-12-01T03:05:00")}
+    due, cursor = due_resyncs(crons, cursor, at("2026-12-01T03:20:00"))
+    assert due == {"globex": datetime(2026, 12, 1, 3, 15, tzinfo=timezone.utc)}
+    assert due_resyncs(crons, cursor, at("2026-12-01T03:20:30"))[0] == {}  # the same tick is not due twice
+    # Ticks missed while the daemon was down collapse into the latest one, per customer.
+    due, _ = due_resyncs(crons, cursor, at("2026-12-03T04:00:00"))
+    assert due == {"acme": datetime(2026, 12, 3, 3, 0, tzinfo=timezone.utc), "globex": datetime(2026, 12, 3, 4, 0, tzinfo=timezone.utc)}
+    assert due_resyncs({"acme": "0 3 * * *"}, {"acme": at("2026-12-01T03:00:00")}, at("2026-12-01T03:00:00"))[0] == {}
+
+
+def test_the_resync_sensor_requests_registered_customers_with_a_run_key_per_tick(customer, searchsmith_home, monkeypatch):
+    import json as _json
+    import time as _time
+
+    from orchestration.automation import customer_resync_sensor
+
+    monkeypatch.setenv("SEARCHSMITH_CUSTOMERS_DIR", str(customer))
+    instance = dg.DagsterInstance.ephemeral()
+    first = customer_resync_sensor(dg.build_sensor_context(instance=instance))
+    assert not first.run_requests and _json.loads(first.cursor) == {}  # acme's file exists, but it is no partition yet
+    instance.add_dynamic_partitions(customers_partitions.name, ["acme"])
+    # acme's default cron is daily at 03:00: a cursor two days old makes one tick due now.
+    cursor = _json.dumps({"acme": _time.time() - 2 * 86400})
+    result = customer_resync_sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+    [request] = result.run_requests
+    assert request.partition_key == "acme" and request.run_key.startswith("acme:") and request.tags["customer"] == "acme"
+    again = customer_resync_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor))
+    assert not again.run_requests
 
 
 def test_materialize_with_real_resources(customer, tmp_path, searchsmith_home):
