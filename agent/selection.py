@@ -32,6 +32,11 @@ class SelectionSettings:
     max_candidates: int = 40  # surfaced documents judged per episode (policy order first)
 
 
+def settings_for(reranker: Reranker) -> SelectionSettings:
+    """Selection with the policy weight chosen for this reranker on its customer's dev split."""
+    return SelectionSettings(policy_weight=reranker.policy_weight)
+
+
 def policy_order(trajectory: Trajectory) -> list[str]:
     """The policy's ranking, then every other surfaced document by first appearance."""
     order = list(dict.fromkeys(trajectory.output_doc_ids()))
@@ -66,8 +71,10 @@ def fuse(policy: Sequence[str], judged: Sequence[str], settings: SelectionSettin
 
 
 def select(trajectory: Trajectory, question: str, backend: SearchBackend, reranker: Reranker, k: int,
-           settings: SelectionSettings = SelectionSettings()) -> list[RankedDocument]:
-    """The top `k` of the fused order, as a final ranking (the policy's justification kept)."""
+           settings: SelectionSettings | None = None) -> list[RankedDocument]:
+    """The top `k` of the fused order, as a final ranking (the policy's justification kept).
+    `settings`: by default the reranker's own calibrated weight (`settings_for`)."""
+    settings = settings or settings_for(reranker)
     order = policy_order(trajectory)[: settings.max_candidates]
     judged = reranker.order(question, surfaced_texts(trajectory, backend, order))
     fused = fuse(order, [doc for doc, _ in judged], settings)[:k]

@@ -90,6 +90,8 @@ def reranker_checkpoint(
         # trained first: the console's step line shows the first figures
         **{f"dev/{row}/{metric}": float(value) for row in ("trained", "start", "hybrid") for metric, value in checkpoint.dev[row].items()},
         **{f"train/{key}": float(train[key]) for key in ("pairs", "pairs_per_s", "train_s") if key in train},
+        "selection": dg.MetadataValue.json(checkpoint.selection),
+        "selection_policy_weight": float(checkpoint.selection.get("policy_weight", 1.0)),
     })
 
 

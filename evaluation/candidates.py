@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from agent.policy_spec import PolicySpec
-from agent.selection import SelectionSettings, select
+from agent.selection import SelectionSettings, select, settings_for
 from agent.trajectory import Trajectory
 from evaluation.baselines import SingleShotBaseline
 from search.backend import SearchBackend
@@ -104,14 +104,15 @@ class SelectedCandidate:
     backend: SearchBackend
     reranker: Reranker
     k: int
-    settings: SelectionSettings = field(default_factory=SelectionSettings)
+    settings: SelectionSettings | None = None  # None: the reranker's calibrated weight (agent.selection.settings_for)
 
     @property
     def harness(self) -> Any:
         return getattr(self.inner, "harness", None)
 
     def describe(self) -> dict[str, Any]:
-        return {**self.inner.describe(), "selection": {"reranker": str(self.reranker.path), **asdict(self.settings)}}
+        settings = self.settings or settings_for(self.reranker)
+        return {**self.inner.describe(), "selection": {"reranker": str(self.reranker.path), **asdict(settings)}}
 
     def run(self, question: str, task_id: str | None = None, seed: int = 0) -> Trajectory:
         trajectory = self.inner.run(question, task_id=task_id, seed=seed)

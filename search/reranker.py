@@ -23,6 +23,10 @@ from typing import Any, Sequence
 from search.embedding_window import default_embedding_model_path
 
 MAX_LENGTH = 256  # word pieces per (question, chunk) pair: MiniLM's window
+# Beside a trained reranker's weights: how much selection trusts the policy's order against this
+# reranker's (`policy_weight`), chosen on the customer's dev split when it was trained
+# (training.selection_weight). A folder without it gets selection's default weight, 1.
+SELECTION_FILE = "searchsmith_selection.json"
 START_SEED = 0  # the untrained start's head is drawn with this seed, so "untrained" is one model
 
 _CACHE: dict[tuple[str, str], Any] = {}
@@ -79,10 +83,16 @@ class Reranker:
     path: Path
     device: str = "cpu"
     batch_size: int = 32
+    policy_weight: float = 1.0  # selection's weight of the policy's order (SELECTION_FILE)
 
     @classmethod
     def load(cls, path: str | Path | None = None, device: str = "cpu") -> Reranker:
-        reranker = cls(Path(path) if path else start_model_dir(), device)
+        import json
+
+        folder = Path(path) if path else start_model_dir()
+        calibrated = folder / SELECTION_FILE
+        weight = float(json.loads(calibrated.read_text(encoding="utf-8"))["policy_weight"]) if calibrated.is_file() else 1.0
+        reranker = cls(folder, device, policy_weight=weight)
         reranker.model  # noqa: B018 - load now, so a bad folder fails where it is named
         return reranker
 

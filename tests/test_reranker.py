@@ -61,6 +61,14 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
     assert checkpoint.beats_start, checkpoint.dev  # the recipe's claim: trained on synthetic tasks, better on unseen ones
     assert read_reranker(store, "acme").run_id == checkpoint.run_id
     assert any(key.endswith("config.json") for key in store.list(checkpoint.key))
+    # selection's policy weight, chosen on the dev split, travels with the weights
+    from training.selection_weight import WEIGHTS
+
+    weight = checkpoint.selection["policy_weight"]
+    assert weight in WEIGHTS and checkpoint.selection["tasks"] > 0 and Reranker.load(checkpoint.path).policy_weight == weight
+    by_weight = checkpoint.selection["recall_at_k_by_weight"]
+    assert by_weight[str(weight)] == max(by_weight.values())
+    assert any(key.endswith("searchsmith_selection.json") for key in store.list(checkpoint.key))
 
     # a rerun with the same inputs reuses it; a worker without the folder pulls it from the store
     shutil.rmtree(checkpoint.path)

@@ -421,6 +421,7 @@ class RerankerCheckpoint:
     base: str
     train: dict[str, Any]
     dev: dict[str, dict[str, Any]]  # hybrid | start | trained -> recall_at_k, mrr, ...
+    selection: dict[str, Any] = field(default_factory=dict)  # the calibrated policy weight (training.selection_weight)
     reused: bool = False
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
@@ -450,6 +451,19 @@ def local_reranker(store: ArtifactStore, checkpoint: RerankerCheckpoint) -> Path
     return folder
 
 
+def _calibrate_selection(folder: Path, dev: list, chunks: Any, backend: SearchBackend, k: int) -> dict[str, Any]:
+    """The policy weight selection uses with this reranker, chosen on the dev split and written
+    beside its weights (`training.selection_weight`)."""
+    from evaluation.synth_tasks import tasks_from_synth
+    from search.reranker import Reranker
+    from training.selection_weight import calibrate, write_selection
+
+    calibration = calibrate(tasks_from_synth(dev, chunks), backend, Reranker.load(folder), k)
+    write_selection(Path(folder), calibration)
+    LOG.info(f"selection weight {calibration['policy_weight']} (dev recall@{k} by weight {calibration['recall_at_k_by_weight']})")
+    return calibration
+
+
 def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: SearchBackend, tasks: list, chunks: Any,
                               settings: RerankerSettings, home: Path, k: int = 5) -> RerankerCheckpoint:
     """Train on the verified train split and judge on the dev split (`training.reranker`); an
@@ -465,8 +479,12 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     previous = read_reranker(store, customer)
     if previous is not None and previous.run_id == run_id:
         try:
-            local_reranker(store, previous)
+            folder = local_reranker(store, previous)
             previous.reused = True
+            if not previous.selection:  # trained before selection weights were calibrated: calibrate it now
+                previous.selection = _calibrate_selection(folder, dev, chunks, backend, k)
+                push_folder(store, folder, previous.key)
+                store.write_text(reranker_manifest_key(customer), json.dumps(previous.to_dict(), indent=2, default=str))
             return previous
         except FileNotFoundError:
             LOG.warning("the reranker's files are gone; training again")
@@ -476,8 +494,9 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k),
                "start": dev_recall(Reranker.load(base), dev, chunks, backend, settings.eval_depth, k),
                "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k)}
+    selection = _calibrate_selection(out, dev, chunks, backend, k)
     checkpoint = RerankerCheckpoint(customer, run_id, str(out.resolve()), adapter_prefix(customer, "reranker", run_id), base,
-                                    {**run.as_dict(), "train_tasks": len(train)}, figures)
+                                    {**run.as_dict(), "train_tasks": len(train)}, figures, selection)
     push_folder(store, out, checkpoint.key)
     store.write_text(reranker_manifest_key(customer), json.dumps(checkpoint.to_dict(), indent=2, default=str))
     return checkpoint
