@@ -26,6 +26,7 @@ from training.per_customer import (
     load_kept_trajectories,
     read_reranker,
     student_harness,
+    starting_adapter,
     student_policy,
     teacher_policy,
     train_cispo_checkpoint,
@@ -166,9 +167,10 @@ def sft_checkpoint(context: dg.AssetExecutionContext, store: ArtifactStoreResour
     from training.sft_plots import plot_loss_curve
 
     name = context.partition_key
-    settings = customers.get(name).training
+    config = customers.get(name)
     trajectories = load_kept_trajectories(store.get(), name)
-    manifest, curve = train_sft_checkpoint(name, store.get(), trajectories, settings, customers.home_dir())
+    manifest, curve = train_sft_checkpoint(name, store.get(), trajectories, config.training, customers.home_dir(),
+                                           init_adapter=starting_adapter(config))
     context.log.info(f"SFT adapter {manifest.adapter_path} ({'reused' if manifest.reused else f'{manifest.steps} steps'})")
     metadata = _checkpoint_metadata(manifest)
     if curve:
@@ -200,7 +202,8 @@ def cispo_checkpoint(
         context.log.info(f"CISPO step {row.get('step')}: reward {row.get('reward_mean')}, loss {row.get('loss')}")
 
     manifest, history = train_cispo_checkpoint(name, store.get(), open_index(name, store, chroma, customers), tasks,
-                                               settings, customers.home_dir(), log=log, benchmark_k=benchmark_k)
+                                               settings, customers.home_dir(), log=log, benchmark_k=benchmark_k,
+                                               init_adapter=starting_adapter(config))
     metadata = _checkpoint_metadata(manifest)
     if history:
         with tempfile.TemporaryDirectory() as folder:

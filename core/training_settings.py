@@ -185,6 +185,11 @@ class TrainingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     base_model: str = "smollm2"  # `smollm2`, a local model folder; never downloaded at run time
+    # A searcher adapter SFT continues instead of a fresh LoRA: a packaged searcher's name
+    # (`smollm2-searcher`, see `training.searchers`) or an adapter folder (relative to the customer
+    # file). Its shape is fixed, so `lora` may not be set with it; it must have been trained on
+    # `base_model` under this section's `harness` profile.
+    init_adapter: str | None = None
     teacher: TeacherSettings = Field(default_factory=TeacherSettings)
     lora: LoraSettings = Field(default_factory=LoraSettings)
     sft: SFTSettings = Field(default_factory=SFTSettings)
@@ -199,6 +204,9 @@ class TrainingSettings(BaseModel):
         """The base model's family decides the chat format, LoRA targets and loading options
         (`core.base_models`); only a setting that cannot work with it is refused here, when the
         model's folder is on this machine (a machine without it validates the rest)."""
+        if self.init_adapter is not None and "lora" in self.model_fields_set:
+            raise ValueError(f"training.lora and training.init_adapter {self.init_adapter!r} are both set: a continued "
+                             "adapter keeps the shape it was trained with; remove training.lora")
         profile = profile_for(self.base_model)
         forced = profile.lora_dropout if profile is not None else None
         if (forced is not None and "dropout" in self.lora.model_fields_set and self.lora.dropout != forced

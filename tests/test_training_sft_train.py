@@ -157,3 +157,31 @@ def test_no_samples_is_an_error(model_dir, tmp_path):
 
 def test_loss_curve_plot(trained, tmp_path):
     assert plot_loss_curve(trained.loss_curve, tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_exported_searcher_is_portable_and_sft_continues_it(trained, samples, model_dir, tmp_path):
+    """A shipped searcher (`training.searchers`): bf16 weights, no trainer paths, and a continued
+    run starts from its weights (its first loss is the trained adapter's, far below a fresh LoRA's)
+    with its shape, recording which adapter it continued."""
+    from safetensors.torch import load_file
+
+    from training.searchers import adapter_digest, export_searcher
+
+    searcher = export_searcher(trained.adapter_path, tmp_path / "searcher", base_model="tiny")
+    weights = load_file(str(searcher / "adapter_model.safetensors"))
+    assert {str(w.dtype) for w in weights.values()} == {"torch.bfloat16"}
+    assert json.loads((searcher / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny"
+    exported = read_sidecar(searcher)
+    assert "base_model_path" not in exported and exported["base_model"] == "tiny"
+    assert exported["export"]["source_digest"] == adapter_digest(trained.adapter_path)
+    assert exported["harness_profile"] == read_sidecar(trained.adapter_path)["harness_profile"]
+
+    short = SFT.model_copy(update={"max_steps": 2, "batch_size": 1})
+    fresh_first = trained.loss_curve[0][1]
+    continued = train_sft(samples[0], model_dir, tmp_path / "continued", sft=short, init_adapter=searcher)
+    assert continued.loss_curve[0][1] < fresh_first - 0.5, (continued.loss_curve, fresh_first)
+    sidecar = read_sidecar(continued.adapter_path)
+    assert (sidecar["config"]["lora"]["rank"], sidecar["config"]["lora"]["alpha"]) == (LORA.rank, LORA.alpha)
+    assert sidecar["lineage"]["init_adapter_digest"] == adapter_digest(searcher)
+    moved = load_file(f"{continued.adapter_path}/adapter_model.safetensors")
+    assert any(not (moved[name].float() == weights[name].float()).all() for name in weights), "SFT must train the adapter"

@@ -308,23 +308,42 @@ def load_kept_trajectories(store: ArtifactStore, customer: str) -> list[Trajecto
 # ---- sft_checkpoint -----------------------------------------------------------------------------
 
 
+def starting_adapter(config: Any) -> Path | None:
+    """The customer's `training.init_adapter` as a folder (a packaged searcher's name, or a path
+    relative to the customer file), or None for a fresh LoRA."""
+    from training.searchers import searcher_dir
+
+    name = config.training.init_adapter
+    return searcher_dir(name, config.resolve) if name else None
+
+
 def train_sft_checkpoint(
     customer: str, store: ArtifactStore, trajectories: list[Trajectory], settings: TrainingSettings, home: Path,
+    init_adapter: Path | None = None,
 ) -> tuple[CheckpointManifest, list[tuple[int, float]]]:
-    """LoRA SFT on the kept trajectories; reuses the adapter of an identical earlier run."""
+    """LoRA SFT on the kept trajectories, continuing `init_adapter` (the resolved
+    `training.init_adapter`) when given; reuses the adapter of an identical earlier run."""
+    from training.searchers import adapter_digest, check_continuable
     from training.sft import run_sft
 
-    run_id = run_identity("sft", settings.base_model, settings.lora.model_dump(), settings.sft.model_dump(),
+    profile = student_harness(settings).profile()
+    start = None
+    if init_adapter is not None:
+        check_continuable(init_adapter, settings.base_model, profile)
+        start = adapter_digest(init_adapter)
+    run_id = run_identity("sft", settings.base_model, start or settings.lora.model_dump(), settings.sft.model_dump(),
                           sorted(t.id for t in trajectories))
     reusable = _reusable_run(store, customer, "sft", run_id)
     if reusable is not None:
         return reusable, []
     out = models_dir(home, customer, "sft", run_id)
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
-                     lineage={"customer": customer, "run_id": run_id}, harness_profile=student_harness(settings).profile())
+                     lineage={"customer": customer, "run_id": run_id}, harness_profile=profile, init_adapter=init_adapter)
+    lineage = {"trajectories": len(trajectories), **({"init_adapter": str(init_adapter), "init_adapter_digest": start}
+                                                     if start else {})}
     manifest = _publish(store, CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()),
                                                   adapter_prefix(customer, "sft", run_id), result.base_model, result.steps,
-                                                  result.metrics, lineage={"trajectories": len(trajectories)}))
+                                                  result.metrics, lineage=lineage))
     return manifest, result.loss_curve
 
 
@@ -378,15 +397,18 @@ def rl_config(settings: TrainingSettings, has_init_adapter: bool, benchmark_k: i
 
 def train_cispo_checkpoint(
     customer: str, store: ArtifactStore, backend: SearchBackend, bench_tasks: list, settings: TrainingSettings, home: Path,
-    log: Any = None, benchmark_k: int | None = None,
+    log: Any = None, benchmark_k: int | None = None, init_adapter: Path | None = None,
 ) -> tuple[CheckpointManifest, list[dict[str, Any]]]:
-    """CISPO from the SFT adapter (when there is one and `from_sft`), resuming a crashed run."""
+    """CISPO from the SFT adapter (when there is one and `from_sft`), else from `init_adapter`
+    (the resolved `training.init_adapter`) when given, resuming a crashed run."""
     from training.cispo_trainer import train_cispo
+    from training.searchers import adapter_digest
 
     init = read_manifest(store, customer, "sft") if settings.rl.from_sft else None
-    init_path = local_adapter(store, init) if init is not None else None
+    init_path = local_adapter(store, init) if init is not None else init_adapter
     config = rl_config(settings, init_path is not None, benchmark_k)
-    run_id = run_identity("cispo", settings.base_model, config.model_dump(mode="json"), init.run_id if init else None,
+    start = init.run_id if init else (adapter_digest(init_adapter) if init_adapter is not None else None)
+    run_id = run_identity("cispo", settings.base_model, config.model_dump(mode="json"), start,
                           sorted(task.task_id for task in bench_tasks))
     reusable = _reusable_run(store, customer, "cispo", run_id)  # gone: train again, resuming from checkpoints
     if reusable is not None:

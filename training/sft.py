@@ -141,8 +141,12 @@ def train_sft(
     device: str | None = None,
     base_model_name: str | None = None,
     harness_profile: dict[str, Any] | None = None,
+    init_adapter: str | Path | None = None,
 ) -> SFTResult:
     """Train a LoRA adapter on `samples` and save it (plus sidecar) to `output_dir`.
+
+    `init_adapter`: an adapter folder to continue (a shipped searcher, `training.searchers`)
+    instead of a fresh LoRA of shape `lora`; the sidecar records its shape and digest.
 
     `samples` must come from the same tokenizer as `base_model` (see `prepare_samples`).
     `base_model_name` is what the sidecar and the result report (the customer's spelling, e.g.
@@ -183,10 +187,14 @@ def train_sft(
                                                      **load_options(profile))
         if on_gpu:
             torch.cuda.reset_peak_memory_stats()
-        target_names, dropout = lora_shape(lora, profile)
-        targets = lora_targets(target_names, model)
-        peft_config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=dropout, **targets,
-                                 bias="none", task_type="CAUSAL_LM")
+        if init_adapter is not None:
+            model, lora, targets, dropout = _continued_adapter(model, Path(init_adapter))
+            peft_config = None
+        else:
+            target_names, dropout = lora_shape(lora, profile)
+            targets = lora_targets(target_names, model)
+            peft_config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=dropout, **targets,
+                                     bias="none", task_type="CAUSAL_LM")
         with tempfile.TemporaryDirectory(prefix="sft-trainer-") as scratch:
             args = SFTConfig(
                 output_dir=scratch, num_train_epochs=sft.epochs, max_steps=sft.max_steps,
@@ -239,7 +247,7 @@ def train_sft(
         "base_model": base_name,
         "base_model_path": str(model_dir),
         "adapter_files": list(ADAPTER_FILES),
-        "lineage": lineage or {},
+        "lineage": {**(lineage or {}), **_init_lineage(init_adapter)},
         "data": samples.metadata(),
         "config": {"lora": lora.model_dump(), "sft": sft.model_dump()},
         "lora_targets": {**targets, "dropout": dropout},
@@ -254,6 +262,30 @@ def train_sft(
     return SFTResult(str(out), base_name, metrics["steps"], metrics, list(curve.points), str(out / SIDECAR))
 
 
+def _continued_adapter(model: Any, folder: Path) -> tuple[Any, LoraSettings, dict[str, Any], float]:
+    """`model` wrapped in the trainable adapter at `folder`, with that adapter's shape as settings."""
+    from peft import PeftConfig, PeftModel
+
+    config = PeftConfig.from_pretrained(str(folder))
+    model = PeftModel.from_pretrained(model, str(folder), config=config, is_trainable=True)
+    named = config.target_modules or []
+    modules = [named] if isinstance(named, str) else sorted(named)
+    lora = LoraSettings(rank=config.r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                        target_modules=modules or list(LoraSettings().target_modules))
+    targets = {"target_modules": modules}
+    if getattr(config, "target_parameters", None):
+        targets["target_parameters"] = sorted(config.target_parameters)
+    return model, lora, targets, config.lora_dropout
+
+
+def _init_lineage(init_adapter: str | Path | None) -> dict[str, Any]:
+    if init_adapter is None:
+        return {}
+    from training.searchers import adapter_digest
+
+    return {"init_adapter": str(init_adapter), "init_adapter_digest": adapter_digest(init_adapter)}
+
+
 def run_sft(
     trajectories: Sequence[Trajectory],
     base_model: str | Path,
@@ -264,6 +296,7 @@ def run_sft(
     lineage: dict[str, Any] | None = None,
     device: str | None = None,
     harness_profile: dict[str, Any] | None = None,
+    init_adapter: str | Path | None = None,
 ) -> SFTResult:
     """Kept trajectories -> per-turn samples in the base model's format -> adapter (what the asset calls).
 
@@ -276,7 +309,7 @@ def run_sft(
         harness_profile = _recorded_profile(trajectories)
     return train_sft(samples, base_model, output_dir, lora=lora, sft=sft, device=device,
                      lineage=data_lineage(trajectories, **(lineage or {})), base_model_name=str(base_model),
-                     harness_profile=harness_profile)
+                     harness_profile=harness_profile, init_adapter=init_adapter)
 
 
 def _recorded_profile(trajectories: Sequence[Trajectory]) -> dict[str, Any]:

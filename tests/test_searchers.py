@@ -1,0 +1,63 @@
+"""The shipped searcher adapters and the checks on continuing one (`training.searchers`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.adapter_sidecar import read_sidecar
+from core.config import CustomerConfigError, load_customer, parse_customer
+from core.training_settings import TrainingSettings
+from training.per_customer import starting_adapter, student_harness
+from training.searchers import PACKAGED_DIR, adapter_digest, check_continuable, packaged_searchers, searcher_dir
+
+
+def test_the_packaged_searcher_is_found_by_name_and_records_how_it_was_made():
+    assert "smollm2-searcher" in packaged_searchers()
+    folder = searcher_dir("smollm2-searcher")
+    assert folder == PACKAGED_DIR / "smollm2-searcher"
+    sidecar = read_sidecar(folder)
+    assert sidecar["base_model"] == "smollm2" and sidecar["kind"] == "sft"
+    assert sidecar["harness_profile"]["view"] == "compact"
+    assert sidecar["data"]["trajectories"] > 0 and sidecar["metrics"]["steps"] > 0
+    assert "base_model_path" not in sidecar
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "smollm2" and config["r"] == sidecar["config"]["lora"]["rank"]
+    assert len(adapter_digest(folder)) == 16
+
+
+def test_the_demo_continues_the_packaged_searcher_under_its_own_profile():
+    demo = load_customer(Path(__file__).resolve().parents[1] / "customers" / "demo.yaml")
+    folder = starting_adapter(demo)
+    assert folder == searcher_dir("smollm2-searcher")
+    check_continuable(folder, demo.training.base_model, student_harness(demo.training).profile())
+
+
+def test_an_adapter_path_resolves_against_the_customer_file_and_a_missing_one_names_what_is_absent(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "adapter_config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"'mine'.*missing adapter_model.safetensors.*smollm2-searcher"):
+        searcher_dir("mine", lambda name: tmp_path / name)
+    (tmp_path / "mine" / "adapter_model.safetensors").write_bytes(b"x")
+    config = parse_customer({"name": "acme", "sources": [{"type": "local", "path": "."}],
+                             "training": {"init_adapter": "mine"}}, tmp_path / "acme.yaml")
+    assert starting_adapter(config) == tmp_path / "mine"
+
+
+def test_continuing_under_another_profile_or_base_model_is_refused():
+    folder = searcher_dir("smollm2-searcher")
+    profile = dict(read_sidecar(folder)["harness_profile"])
+    with pytest.raises(ValueError, match=r"token_budget 8192 \(the adapter's 4096\)"):
+        check_continuable(folder, "smollm2", {**profile, "token_budget": 8192})
+    with pytest.raises(ValueError, match=r"trained on base model 'smollm2'.*'gpt-oss-20b'"):
+        check_continuable(folder, "gpt-oss-20b", profile)
+
+
+def test_a_lora_shape_beside_a_starting_adapter_is_an_error():
+    with pytest.raises(ValueError, match="training.lora and training.init_adapter"):
+        TrainingSettings(init_adapter="smollm2-searcher", lora={"rank": 8})
+    with pytest.raises(CustomerConfigError, match="init_adaptr"):
+        parse_customer({"name": "acme", "sources": [{"type": "local", "path": "."}], "training": {"init_adaptr": "x"}},
+                       Path("acme.yaml"))
