@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -162,3 +163,32 @@ class LLMResource(dg.ConfigurableResource):
             backoff_max_s=self.backoff_max_s,
             temperature=self.temperature,
         )
+
+
+@dataclass(frozen=True)
+class PipelineResources:
+    """The resources every Searchsmith process uses, built in one place: the code location hands
+    them to Dagster (`as_dagster`), the CLI and the search service use the same objects directly
+    (a command is not a run, and reaching into the definitions for them hid which one it used)."""
+
+    store: ArtifactStoreResource
+    customers: CustomersResource
+    chroma: ChromaResource
+    teacher_llm: LLMResource
+    policy_llm: LLMResource
+
+    def as_dagster(self) -> dict[str, dg.ConfigurableResource]:
+        return {"store": self.store, "customers": self.customers, "chroma": self.chroma,
+                "teacher_llm": self.teacher_llm, "policy_llm": self.policy_llm}
+
+
+def pipeline_resources() -> PipelineResources:
+    """Nothing is read from the environment or the customers folder here: each resource reads
+    SEARCHSMITH_* when a run, a sensor tick or the CLI first builds a client."""
+    return PipelineResources(
+        store=ArtifactStoreResource(),
+        customers=CustomersResource(),
+        chroma=ChromaResource(),  # embedded unless SEARCHSMITH_CHROMA_MODE says otherwise
+        teacher_llm=LLMResource(temperature=0.7),  # task generation samples for variety
+        policy_llm=LLMResource(temperature=0.0),  # the teacher policy sets its own sampling per request
+    )

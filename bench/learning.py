@@ -19,6 +19,11 @@ It prints one table (answer found and recall with 95% bootstrap intervals, the s
 with a parseable final answer, the share of valid tool calls, mean prompt tokens, wall time) and
 writes `learning.json` and the per-row reports under `--out`. Stages that already ran in `--work`
 are reused by the pipeline itself (same inputs, same adapter), so a rerun resumes.
+
+The SFT adapter of `--size cpu --question-style natural` is the searcher this project ships
+(`training/searchers/smollm2-searcher`, which customer files continue with
+`training.init_adapter`); after a better run, export its adapter folder (printed in the table's
+SFT row, under `--work`) with `python -m training.searchers export FOLDER training/searchers/NAME`.
 """
 
 from __future__ import annotations

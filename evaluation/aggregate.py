@@ -57,6 +57,9 @@ def summarize_scores(
     summary["pruned_chunks"] = _mean([float(s.n_pruned) for s in scores])
     summary["prune_measured"] = sum(1 for s in scores if s.prune_accuracy is not None)
     summary["returned_docs"] = _mean([float(s.n_returned) for s in scores])
+    # Episodes that ended with any document returned: for a model, a final answer the harness
+    # could parse (a small model that answers in prose returns nothing); 1.0 for retrievers.
+    summary["final_answers"] = _mean([1.0 if s.n_returned else 0.0 for s in scores])
     summary["errors"] = sum(1 for s in scores if s.error)
     if groups is not None and len(set(groups)) > 1:
         summary["by_group"] = summarize_groups(scores, groups)

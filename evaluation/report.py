@@ -21,6 +21,7 @@ TABLE_COLUMNS = (
     ("f1", "F1", "rate"),
     ("trajectory_recall", "traj. recall", "rate"),
     ("prune_accuracy", "prune acc.", "rate"),
+    ("final_answers", "final answers", "num"),
     ("turns", "turns", "num"),
     ("tool_calls_per_turn", "calls/turn", "num"),
     ("mean_prompt_tokens", "prompt tok.", "int"),

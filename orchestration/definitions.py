@@ -11,7 +11,7 @@ import dagster as dg
 from assets.benchmark_assets import benchmark_report
 from assets.corpus_assets import chunks, raw_documents
 from assets.index_assets import chroma_index, dense_recall_matches_brute_force, index_count_matches_chunks_check, no_duplicate_ids_check
-from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource, LLMResource
+from assets.resources import pipeline_resources
 from assets.serving_assets import served_model
 from assets.synth_assets import distractor_sets, enough_verified_tasks_per_split, supporting_quotes_in_documents, synthetic_tasks, verified_tasks
 from assets.training_assets import cispo_checkpoint, reranker_beats_its_start, reranker_checkpoint, sft_checkpoint, sft_trajectories
@@ -53,15 +53,7 @@ def build_definitions() -> dg.Definitions:
             all_assets_job,
         ],
         sensors=[customer_files_sensor, customer_resync_sensor, corpus_change_sensor],
-        resources={
-            # Nothing is read from the environment or the customers folder here: resources read
-            # SEARCHSMITH_* when a run, a sensor tick or the CLI first builds a client.
-            "store": ArtifactStoreResource(),
-            "customers": CustomersResource(),
-            "chroma": ChromaResource(),  # embedded unless SEARCHSMITH_CHROMA_MODE says otherwise
-            "teacher_llm": LLMResource(temperature=0.7),  # task generation samples for variety
-            "policy_llm": LLMResource(temperature=0.0),  # the teacher policy sets its own sampling per request
-        },
+        resources=pipeline_resources().as_dagster(),
     )
 
 

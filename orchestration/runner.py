@@ -9,6 +9,7 @@ from typing import Any
 import dagster as dg
 
 from assets.partitions import customers_partitions
+from assets.resources import PipelineResources, pipeline_resources
 from core.layout import benchmark_summary_key, chunks_key, final_tasks_key, source_status_key, synthetic_key
 from core.registry import CustomerRegistry
 from orchestration.errors import CliError, JobFailed
@@ -19,6 +20,12 @@ LOG = logging.getLogger(__name__)
 @lru_cache(maxsize=1)
 def instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.get()
+
+
+@lru_cache(maxsize=1)
+def resources() -> PipelineResources:
+    """The resources commands use: the same ones the code location gives its runs."""
+    return pipeline_resources()
 
 
 def register_partition(name: str) -> None:
@@ -70,7 +77,6 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
     when any source could not be listed; the other sources were still synced and indexed)."""
     import json
 
-    from orchestration.definitions import defs
 
     metadata = run_job("corpus_resync", customer)
     documents = metadata.get("raw_documents", {})
@@ -82,7 +88,7 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
     payload["documents"] = int(documents.get("documents", 0))
     if "chroma_index" in metadata:
         payload["index"] = {k: metadata["chroma_index"][k] for k in ("embedded", "deleted", "collection") if k in metadata["chroma_index"]}
-    store = defs.resources["store"].get()
+    store = resources().store.get()
     payload["sources"] = json.loads(store.read_text(source_status_key(customer)))  # written by this run's raw_documents
     payload["failed_sources"] = [status["source"] for status in payload["sources"] if status["status"] != "ok"]
     return payload
@@ -90,11 +96,10 @@ def run_corpus_resync(customer: str) -> dict[str, Any]:
 
 def open_index(customer: str):
     """The customer's built index and its chunks (for fact-level gold)."""
-    from orchestration.definitions import defs
     from search.per_customer import embedder_for, open_customer_index
 
     config = CustomerRegistry().get(customer)
-    store, chroma = defs.resources["store"].get(), defs.resources["chroma"]
+    store, chroma = resources().store.get(), resources().chroma
     embedder = embedder_for(config.embedding)
     try:
         index = open_customer_index(customer, store, chroma.client(), embedder, chroma.cache_dir())
@@ -108,12 +113,11 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
     `save`: a JSONL file for the whole trajectories (one line per rollout), as the viewer opens."""
     from agent.policy_spec import PolicySpec
     from agent.trajectory import write_jsonl
-    from orchestration.definitions import defs
     from serving.per_customer import customer_reranker
     from serving.search import PolicyFailed, run_search
 
     index, _ = open_index(customer)
-    reranker = customer_reranker(defs.resources["store"].get(), customer) if PolicySpec.parse(policy_spec).rerank else None
+    reranker = customer_reranker(resources().store.get(), customer) if PolicySpec.parse(policy_spec).rerank else None
     try:
         response = run_search(index, question, policy_spec, k, parallel, reranker=reranker)
     except PolicyFailed as error:  # an unreachable endpoint is an error, never an empty answer
@@ -124,14 +128,13 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
 
 def run_tasks(customer: str) -> dict[str, Any]:
     """Materialize the three task assets and report counts by split, hops and failure reason."""
-    from orchestration.definitions import defs
     from synth.per_customer import load_tasks, task_counts
     from synth.split import apply_splits
 
     run_job("customer_tasks", customer)
     config = CustomerRegistry().get(customer)
     settings = config.tasks
-    store = defs.resources["store"].get()
+    store = resources().store.get()
     every = apply_splits(load_tasks(store, synthetic_key(customer)), settings.split_fractions, settings.split_salt)
     return {"customer": customer, **task_counts(every, load_tasks(store, final_tasks_key(customer)))}
 
@@ -141,13 +144,12 @@ FINETUNE_JOBS = {"sft": "finetune_sft", "rl": "finetune_rl", "all": "finetune_al
 
 def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     """Materialize the training assets of `stage` and report the last adapter it produced."""
-    from orchestration.definitions import defs
     from training.per_customer import read_manifest
 
     if stage not in FINETUNE_JOBS:
         raise CliError(f"unknown stage {stage!r}; use sft, rl, all or reranker")
     CustomerRegistry().get(customer)  # an unknown customer (or a bad file) is named as such, not as "no tasks"
-    store = defs.resources["store"].get()
+    store = resources().store.get()
     if not store.exists(final_tasks_key(customer)):
         raise CliError(f"no verified tasks for customer {customer!r} yet: run `searchsmith tasks {customer}` first")
     if stage == "rl" and read_manifest(store, customer, "sft") is None:
@@ -182,11 +184,10 @@ def _serving_settings(customer: str):
 def run_serve(customer: str, rollback: bool = False) -> dict[str, Any]:
     """`searchsmith serve`: the promotion gate on the latest benchmark (a `served_model` run), or
     a rollback to the previously served policy."""
-    from orchestration.definitions import defs
     from serving.per_customer import current_serving, rollback_served
     from serving.served_state import NothingToRollBack
 
-    store = defs.resources["store"].get()
+    store = resources().store.get()
     settings = _serving_settings(customer)
     if rollback:
         try:
@@ -239,11 +240,10 @@ def revoke_api_key(key_id: str) -> dict[str, Any]:
 
 def search_service_wiring() -> dict[str, Any]:
     """What the search service needs from the project: customers, their indexes, their served policies."""
-    from orchestration.definitions import defs
     from serving.api import IndexUnavailable
     from serving.per_customer import customer_reranker, served_checkpoint, served_policy
 
-    store = defs.resources["store"].get()
+    store = resources().store.get()
 
     def open_customer(customer: str):
         try:

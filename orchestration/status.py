@@ -76,10 +76,10 @@ def next_resync(instance: dg.DagsterInstance, customer: str, cron: str, now: dat
 
 
 def served_status(customer: str) -> dict[str, Any]:
-    from orchestration.definitions import defs
+    from orchestration.runner import resources
     from serving.per_customer import current_serving
 
-    payload = current_serving(defs.resources["store"].get(), customer).to_dict()
+    payload = current_serving(resources().store.get(), customer).to_dict()
     served = payload["served"]
     return {"policy": served["policy"], "adapter_path": served.get("adapter_path"), "promoted_at": served.get("promoted_at"),
             "metrics": served.get("metrics") or {}, "server_url": (payload.get("serving") or {}).get("server_url")}

@@ -76,6 +76,21 @@ def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = 
         return _CACHE[key]
 
 
+def read_selection(folder: Path) -> dict[str, Any]:
+    """The selection calibration beside a reranker's weights ({} when it has none)."""
+    import json
+
+    calibrated = folder / SELECTION_FILE
+    return json.loads(calibrated.read_text(encoding="utf-8")) if calibrated.is_file() else {}
+
+
+def write_selection(folder: Path, calibration: dict[str, Any]) -> None:
+    """Keep the calibration (`training.selection_weight`) beside the weights `Reranker.load` reads."""
+    import json
+
+    (folder / SELECTION_FILE).write_text(json.dumps(calibration, indent=2), encoding="utf-8")
+
+
 @dataclass
 class Reranker:
     """Scores for (query, text) pairs from one cross-encoder folder; higher is more relevant."""
@@ -87,12 +102,8 @@ class Reranker:
 
     @classmethod
     def load(cls, path: str | Path | None = None, device: str = "cpu") -> Reranker:
-        import json
-
         folder = Path(path) if path else start_model_dir()
-        calibrated = folder / SELECTION_FILE
-        weight = float(json.loads(calibrated.read_text(encoding="utf-8"))["policy_weight"]) if calibrated.is_file() else 1.0
-        reranker = cls(folder, device, policy_weight=weight)
+        reranker = cls(folder, device, policy_weight=read_selection(folder).get("policy_weight", 1.0))
         reranker.model  # noqa: B018 - load now, so a bad folder fails where it is named
         return reranker
 

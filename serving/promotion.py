@@ -47,6 +47,7 @@ class RankedCandidate(BaseModel):
     answer_found: float
     recall: float | None = None
     mean_prompt_tokens: float | None = None
+    final_answers: float | None = None  # share of episodes with a parseable final answer
     n: int | None = None
 
 
@@ -137,6 +138,7 @@ def rank_candidates(test: Mapping[str, Mapping[str, Any]], settings: PromotionSe
         n = _number(metrics.get("n"))
         ranked.append(RankedCandidate(name=name, answer_found=answer_found, recall=_number(metrics.get("recall")),
                                       mean_prompt_tokens=_number(metrics.get("mean_prompt_tokens")),
+                                      final_answers=_number(metrics.get("final_answers")),
                                       n=int(n) if n is not None else None))
 
     def order(c: RankedCandidate) -> tuple:
@@ -233,12 +235,14 @@ def decision_table(decision: PromotionDecision) -> str:
     checkpoints, how much training they had (a smoke-sized run says so, so it is not read as a result)."""
     from agent.policies import checkpoint_training
 
-    lines = ["| candidate | answer found | recall | prompt tokens | n | training |", "|---|---|---|---|---|---|"]
+    lines = ["| candidate | answer found | recall | final answers | prompt tokens | n | training |",
+             "|---|---|---|---|---|---|---|"]
     for c in decision.ranking:
         recall = "-" if c.recall is None else f"{c.recall:.3f}"
+        answered = "-" if c.final_answers is None else f"{c.final_answers:.2f}"
         tokens = "-" if c.mean_prompt_tokens is None else f"{c.mean_prompt_tokens:,.0f}"
         training = checkpoint_training(c.name) or "-"
-        lines.append(f"| {c.name} | {c.answer_found:.3f} | {recall} | {tokens} | {c.n or '-'} | {training} |")
+        lines.append(f"| {c.name} | {c.answer_found:.3f} | {recall} | {answered} | {tokens} | {c.n or '-'} | {training} |")
     if decision.comparisons:
         lines += ["", "| suite | metric | candidate | served | delta | regressed |", "|---|---|---|---|---|---|"]
         lines += [f"| {c.suite} | {c.metric} | {c.candidate:.3f} | {c.served:.3f} | {c.delta:+.3f} | {'yes' if c.regressed else ''} |"

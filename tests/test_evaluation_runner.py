@@ -32,7 +32,8 @@ class FakeCandidate:
         call = ToolCallRecord(id="c", name="search_corpus", result_chunk_ids=[doc + "c"], result_doc_ids=[doc])
         return Trajectory(
             question=question, policy=self.name, task_id=task_id, turns=[Turn(index=0, prompt_tokens=50, tool_calls=[call])],
-            final_ranking=[] if self.mode == "error" else [RankedDocument(doc_id=doc)], total_prompt_tokens=50,
+            final_ranking=[] if self.mode == "error" or (self.mode == "prose" and int(question[1:]) % 2) else [RankedDocument(doc_id=doc)],
+            total_prompt_tokens=50,
             error="endpoint down" if self.mode == "error" else None, chunk_docs={doc + "c": doc},
         )
 
@@ -60,12 +61,20 @@ def test_candidate_exceptions_are_raised_not_scored():
         run_candidate(FakeCandidate("error"), tasks(), k=5, workers=2, progress=False)
 
 
+def test_final_answers_counts_the_episodes_that_returned_documents():
+    """A model that answers in prose half the time returns nothing for those episodes: 0.5."""
+    results = run_candidate(FakeCandidate("prose"), tasks(), k=5, workers=2, progress=False)
+    summary = summarize_scores([r.score for r in results], resamples=50)
+    assert summary["final_answers"] == 0.5 and summary["errors"] == 0
+
+
 def test_summary_and_report_files(tmp_path):
     results = run_candidate(FakeCandidate(), tasks(), k=5, workers=2, progress=False)
     summary = summarize_scores([r.score for r in results], [r.task.group for r in results], resamples=200, seed=3)
     assert summary["recall"] == 0.5 and summary["n"] == 8 and summary["mean_prompt_tokens"] == 50
     assert summary["prune_accuracy"] is None and summary["intervals"]["prune_accuracy"] == [None, None]
     assert summary["by_group"]["even"]["recall"] == 1.0 and summary["by_group"]["odd"]["recall"] == 0.0
+    assert summary["final_answers"] == 1.0
     assert summary == summarize_scores([r.score for r in results], [r.task.group for r in results], resamples=200, seed=3)
     report = write_report({"policies": {"fake@2": summary}, "config": {"k": 5, "tasks_file": "x.jsonl"}}, tmp_path)
     assert json.loads((tmp_path / "report.json").read_text())["policies"]["fake@2"]["recall"] == 0.5

@@ -47,6 +47,22 @@ def test_definitions_hold_exactly_the_lineage_checks_jobs_schedules_and_sensors(
     assert not defs.schedules  # resync crons are read by customer_resync_sensor when it ticks, not at import
 
 
+def test_commands_and_runs_use_resources_built_in_one_place(searchsmith_home):
+    """The CLI's resources are the code location's, named by attribute, not looked up in the
+    definitions by string: the same classes and settings under the same names."""
+    from assets.resources import PipelineResources
+    from orchestration.runner import resources
+
+    given = build_definitions().resources
+    resources.cache_clear()  # built once per process; this test's home is its own
+    commands = resources()
+    assert isinstance(commands, PipelineResources) and set(given) == set(commands.as_dagster())
+    for name, resource in commands.as_dagster().items():
+        assert type(given[name]) is type(resource) and given[name].model_dump() == resource.model_dump(), name
+    assert commands.store.get().root == searchsmith_home / "artifacts"
+    resources.cache_clear()
+
+
 def test_importing_the_code_location_reads_no_customer_file_and_no_environment(tmp_path):
     """The definitions load the same with no customers folder and a deployment's variables unset or
     wrong: nothing is scanned or resolved until a run, a sensor tick or the CLI builds a client."""

@@ -227,9 +227,9 @@ def test_the_gate_table_labels_a_smoke_sized_checkpoint(tmp_path):
     small = adapter("small", {"kind": "sft", "metrics": {"steps": 6, "tokens": 15_000}})
     large = adapter("large", {"kind": "sft", "metrics": {"steps": 900, "tokens": 2_000_000}})
     decision = PromotionDecision(promoted=False, status="margin_not_met", reason="r", ranking=[
-        RankedCandidate(name="heuristic", answer_found=0.75), RankedCandidate(name=small, answer_found=0.1),
+        RankedCandidate(name="heuristic", answer_found=0.75, final_answers=1.0), RankedCandidate(name=small, answer_found=0.1),
         RankedCandidate(name=large, answer_found=0.5)])
     rows = {line.split(" | ")[0].strip("| "): line for line in decision_table(decision).splitlines()[2:]}
     assert "smoke-sized run: SFT, 6 steps, 15,000 tokens" in rows[small]
     assert "smoke-sized" not in rows[large] and "SFT, 900 steps" in rows[large]
-    assert rows["heuristic"].endswith("| - |")
+    assert rows["heuristic"].endswith("| - |") and "| 1.00 |" in rows["heuristic"]

@@ -477,8 +477,8 @@ def _calibrate_selection(folder: Path, dev: list, chunks: Any, backend: SearchBa
     """The policy weight selection uses with this reranker, chosen on the dev split and written
     beside its weights (`training.selection_weight`)."""
     from evaluation.synth_tasks import tasks_from_synth
-    from search.reranker import Reranker
-    from training.selection_weight import calibrate, write_selection
+    from search.reranker import Reranker, write_selection
+    from training.selection_weight import calibrate
 
     calibration = calibrate(tasks_from_synth(dev, chunks), backend, Reranker.load(folder), k)
     write_selection(Path(folder), calibration)

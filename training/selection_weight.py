@@ -6,7 +6,7 @@ the heuristic's own order on real questions (measured on the multi-hop dev file:
 answer found, heuristic+rerank 0.594 at weight 1), and a served `+rerank` must not lose what the
 policy already had. So when a reranker is trained, the heuristic runs on the customer's dev split
 (verified tasks training never saw) and each weight of a small grid is scored by recall of the
-gold documents in the top k; the best one is kept beside the weights (`SELECTION_FILE`), ties
+gold documents in the top k; the best one is kept beside the weights (`search.reranker.SELECTION_FILE`), ties
 going to the larger weight (the policy's own order). At `POLICY_ORDER` the reranker changes
 nothing: selection is the policy's ranking followed by the other surfaced documents, which is
 where a reranker that does not help on the customer's own tasks is left.
@@ -14,14 +14,12 @@ where a reranker that does not help on the customer's own tasks is left.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from agent.selection import SelectionSettings, fuse, policy_order, surfaced_texts
 from search.backend import SearchBackend
-from search.reranker import SELECTION_FILE, Reranker
+from search.reranker import Reranker
 
 # With rrf_k 10 the reranker's term is at most 1/11; at weight 1000 adjacent policy ranks (up to 40)
 # differ by more than that, so the order is the policy's.
@@ -52,7 +50,3 @@ def calibrate(tasks: Sequence[Any], backend: SearchBackend, reranker: Reranker, 
     by_weight = {weight: round(sum(values) / n, 4) if n else 0.0 for weight, values in recalls.items()}
     best = max(weights, key=lambda w: (by_weight[w], w))
     return {"policy_weight": best, "recall_at_k_by_weight": {str(w): r for w, r in by_weight.items()}, "tasks": n, "policy": policy, "k": k}
-
-
-def write_selection(folder: Path, calibration: dict[str, Any]) -> None:
-    (folder / SELECTION_FILE).write_text(json.dumps(calibration, indent=2), encoding="utf-8")
