@@ -676,3 +676,50 @@ def test_answer_keeps_a_slot_for_the_bridge_document():
 def test_heuristic_episode_is_deterministic_for_seed_zero():
     steps = [HeuristicEpisode("Which composer was born first, Antonín Dvořák or Giuseppe Verdi?").act([], ALL_TOOLS) for _ in range(2)]
     assert [[c.arguments for c in s.tool_calls] for s in steps][0] == [[c.arguments for c in s.tool_calls] for s in steps][1]
+
+
+def _chain_episode(hops: int, seed: int = 0) -> tuple[HeuristicEpisode, PolicyStep]:
+    """An episode past its first two hops on a three-hop chain: Gisvi Suite -> its composer
+    (Elena Marku) -> her birthplace (Tirvana), whose document names the river."""
+    episode = HeuristicEpisode("Which river flows through the birthplace of the composer of the Gisvi Suite?", hops=hops, seed=seed)
+    hop1 = episode.act([], ALL_TOOLS)
+    suite = {0: [("Gisvi Suite", "The Gisvi Suite is an orchestral work composed by Elena Marku in 1950.")]}
+    hop2 = episode.act(_tool_results(hop1, suite), ALL_TOOLS)
+    first_search = next(n for n, call in enumerate(hop2.tool_calls) if call.name == "search_corpus")
+    assert hop2.tool_calls[first_search].arguments["query"].startswith("Elena Marku")
+    composer = {first_search: [("Elena Marku", "Elena Marku was born in Tirvana, a town in the north. She studied music in Vienna.")]}
+    return episode, episode.act(_tool_results(hop2, composer), ALL_TOOLS)
+
+
+def test_a_third_hop_reads_its_bridge_from_where_the_second_hop_led():
+    """With `hops=3` the chain goes on from the composer's document (it names no river) to her
+    birthplace, and that document gets an early slot in the answer."""
+    episode, hop3 = _chain_episode(hops=3)
+    queries = [call.arguments["query"] for call in hop3.tool_calls if call.name == "search_corpus"]
+    assert queries and queries[0].startswith("Tirvana") and "river" in queries[0]
+    first_search = next(n for n, call in enumerate(hop3.tool_calls) if call.name == "search_corpus")
+    town = {first_search: [("Tirvana", "Tirvana is a town on the banks of the Drin river, which flows west to the sea.")]}
+    step = episode.act(_tool_results(hop3, town), ALL_TOOLS)
+    while step.tool_calls:
+        step = episode.act(_tool_results(step, {}), ALL_TOOLS)
+    docs = [doc for doc, _ in episode._answer_ranking()]
+    assert docs.index("d_Tirvana") < 4 and episode.rounds == [["Elena Marku"], ["Tirvana", "Vienna"]]
+
+
+def test_the_default_two_hops_read_instead_of_a_third_search():
+    _, step = _chain_episode(hops=2)
+    assert step.tool_calls and not any(call.name == "search_corpus" for call in step.tool_calls)
+    assert any(call.name == "read_document" for call in step.tool_calls)
+
+
+def test_nx_seeds_follow_different_bridges():
+    """Each seed > 0 leaves out a different one of the strongest bridges, so rollouts explore."""
+    question = "What is the most popular hotel in Gisvi's city of birth?"
+    text = "Gisvi (born 1982 in Windhoek) played for Benfica, Porto, Braga and Sporting in Lisbon."
+    followed = []
+    for seed in range(4):
+        episode = HeuristicEpisode(question, seed=seed)
+        hop1 = episode.act([], ALL_TOOLS)
+        hop2 = episode.act(_tool_results(hop1, {0: [("Gisvi", text)]}), ALL_TOOLS)
+        followed.append(tuple(call.arguments["query"].split()[0] for call in hop2.tool_calls if call.name == "search_corpus"))
+    assert len(set(followed)) == 4 and all(len(bridges) == 3 for bridges in followed)
