@@ -337,10 +337,10 @@ def train_sft_checkpoint(
     if reusable is not None:
         return reusable, []
     out = models_dir(home, customer, "sft", run_id)
+    continued = {"init_adapter": str(init_adapter), "init_adapter_digest": start} if start else {}
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
-                     lineage={"customer": customer, "run_id": run_id}, harness_profile=profile, init_adapter=init_adapter)
-    lineage = {"trajectories": len(trajectories), **({"init_adapter": str(init_adapter), "init_adapter_digest": start}
-                                                     if start else {})}
+                     lineage={"customer": customer, "run_id": run_id, **continued}, harness_profile=profile, init_adapter=init_adapter)
+    lineage = {"trajectories": len(trajectories), **continued}
     manifest = _publish(store, CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()),
                                                   adapter_prefix(customer, "sft", run_id), result.base_model, result.steps,
                                                   result.metrics, lineage=lineage))

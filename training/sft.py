@@ -32,9 +32,10 @@ from typing import Any
 from agent.adapter_sidecar import SIDECAR, write_sidecar
 from agent.trajectory import Trajectory
 from core.training_settings import LoraSettings, SFTSettings
+from training.searchers import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_digest
 from training.sft_samples import SampleSet, build_samples
 
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ def train_sft(
         "base_model": base_name,
         "base_model_path": str(model_dir),
         "adapter_files": list(ADAPTER_FILES),
-        "lineage": {**(lineage or {}), **_init_lineage(init_adapter)},
+        "lineage": {**_init_lineage(init_adapter, lineage or {}), **(lineage or {})},
         "data": samples.metadata(),
         "config": {"lora": lora.model_dump(), "sft": sft.model_dump()},
         "lora_targets": {**targets, "dropout": dropout},
@@ -278,11 +279,11 @@ def _continued_adapter(model: Any, folder: Path) -> tuple[Any, LoraSettings, dic
     return model, lora, targets, config.lora_dropout
 
 
-def _init_lineage(init_adapter: str | Path | None) -> dict[str, Any]:
-    if init_adapter is None:
+def _init_lineage(init_adapter: str | Path | None, lineage: dict[str, Any]) -> dict[str, Any]:
+    """Which adapter this run continued, by content; a caller that keyed its run by the digest
+    passes it in `lineage` and the weights are not hashed again."""
+    if init_adapter is None or "init_adapter_digest" in lineage:
         return {}
-    from training.searchers import adapter_digest
-
     return {"init_adapter": str(init_adapter), "init_adapter_digest": adapter_digest(init_adapter)}
 
 
