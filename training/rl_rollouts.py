@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 from typing import Any
 
+from agent.environment import open_harness
 from agent.harness import Harness, HarnessConfig
 from agent.trajectory import Trajectory
 from core.training_settings import DEFAULT_EPS, DEFAULT_REWARD_K
@@ -145,7 +146,7 @@ def collect_rollouts(
     crashes: list[dict[str, Any]] = []
     jobs = [(task, i) for task in tasks for i in range(group_size)]
     start = time.perf_counter()
-    with Harness(backend, policy, config) as harness:
+    with open_harness(policy, backend, config=config) as harness:
         if workers <= 1 or len(jobs) == 1:
             results = [run_with_retries(harness, t, i, step, seed, max_retries, crashes) for t, i in jobs]
         else:

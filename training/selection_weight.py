@@ -30,12 +30,12 @@ WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0, POLICY_ORDER)
 def calibrate(tasks: Sequence[Any], backend: SearchBackend, reranker: Reranker, k: int, policy: str = "heuristic",
               weights: Sequence[float] = WEIGHTS) -> dict[str, Any]:
     """Run `policy` on `tasks` (bench tasks with gold doc ids) once, score selection at each weight."""
-    from agent.harness import Harness, HarnessConfig
+    from agent.environment import open_harness
     from agent.policies import load_policy
 
     settings = SelectionSettings()
     recalls: dict[float, list[float]] = {w: [] for w in weights}
-    with Harness(backend, load_policy(policy, max_docs=k), HarnessConfig(max_output_docs=k)) as harness:
+    with open_harness(load_policy(policy, max_docs=k), backend, max_output_docs=k) as harness:
         for task in tasks:
             trajectory = harness.run(task.question, task_id=task.task_id)
             gold = task.gold.doc_ids

@@ -24,8 +24,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from agent.compact_view import format_reference_answer
+from agent.environment import open_harness
 from agent.final_answer import format_final_answer
-from agent.harness import Harness, HarnessConfig
+from agent.harness import HarnessConfig
 from agent.policy_base import Message, Policy, PolicyStep, TokenCounter, ToolCall
 from agent.prompts import GREP_CORPUS, PRUNE_CHUNKS, READ_DOCUMENT, SEARCH_CORPUS
 from agent.trajectory import Trajectory
@@ -132,7 +133,7 @@ def render_in_student_view(
     rendered = []
     for teacher in trajectories:
         config = profile.model_copy(update={"raise_policy_errors": True, "record_view_messages": True})
-        with Harness(ReplayBackend(backend, teacher), _Student(student, teacher), config) as harness:
+        with open_harness(_Student(student, teacher), ReplayBackend(backend, teacher), config=config) as harness:
             replayed = harness.run(teacher.question, seed=teacher.seed, task_id=teacher.task_id, metadata=dict(teacher.metadata))
         if config.view == "compact":
             _write_references(replayed, config.max_output_docs)

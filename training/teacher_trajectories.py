@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.environment import open_harness
 from agent.harness import Harness, HarnessConfig
 from agent.policy_base import Policy
 from agent.trajectory import Trajectory
@@ -183,7 +184,7 @@ def collect_teacher_trajectories(
         return failure
 
     bar = _progress_bar(len(pending), policy.name) if progress and pending else None
-    with Harness(backend, policy, config) as harness, ThreadPoolExecutor(workers, thread_name_prefix="teacher") as pool:
+    with open_harness(policy, backend, config=config) as harness, ThreadPoolExecutor(workers, thread_name_prefix="teacher") as pool:
         futures = {pool.submit(one, *item, harness): item for item in pending}
         progress = Progress(log, "teacher rollouts", len(futures))
         try:
