@@ -65,7 +65,11 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
         raise ValueError(f"policy {requested.name!r} selects with the customer's reranker, and the customer "
                          "has none yet: materialize reranker_checkpoint (searchsmith finetune CUSTOMER --stage reranker)")
     profile_spec = PolicySpec.parse(profile_spec).without_selection().name if profile_spec else None
-    with open_harness(policy_spec, index, profile_spec=profile_spec, max_output_docs=k) as harness:
+    try:
+        harness = open_harness(policy_spec, index, profile_spec=profile_spec, max_output_docs=k)
+    except ValueError as error:  # the served policy cannot run here (e.g. a local model without torch)
+        raise PolicyFailed(f"the search policy {policy_spec!r} could not be loaded: {error}") from error
+    with harness:
         if parallel == 1:
             trajectories = [harness.run(question, seed=seed)]
             _raise_if_every_rollout_failed(policy_spec, trajectories)

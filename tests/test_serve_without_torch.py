@@ -209,3 +209,20 @@ def test_numpy_cross_encoder_refuses_the_untrained_start():
 
     with pytest.raises(ValueError, match="untrained start draws its head with torch"):
         Reranker.load(backend="numpy")
+
+
+def test_a_local_model_policy_without_torch_says_what_to_install(monkeypatch, tmp_path):
+    """Loading fails at once with the remedy, and the service reports it as the policy's failure
+    (HTTP 502, the CLI's error), not as an empty answer."""
+    from agent.policies import load_policy
+    from search.chroma_client import persistent_client
+    from serving.search import PolicyFailed, run_search
+    from tests.test_index import HashEmbedder, chunk_table, make_index
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ValueError, match=r"needs torch \(not installed\): install searchsmith\[train\], or serve the adapter on vLLM"):
+        load_policy("transformers:/models/acme/adapter")
+    index = make_index(persistent_client(tmp_path / "chroma"), tmp_path, "acme", HashEmbedder())
+    index.build_or_update(chunk_table([json.loads(DATA.read_text().splitlines()[0])]))
+    with pytest.raises(PolicyFailed, match="could not be loaded: .*needs torch"):
+        run_search(index, "Who is the father of Jason?", "transformers:/models/acme/adapter", k=5)

@@ -8,6 +8,7 @@ only when asked for (torch and openai are heavy, and `heuristic` must work witho
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 from agent.policy_base import Policy
@@ -20,6 +21,12 @@ _MODEL_POLICIES: dict[str, tuple[str, str]] = {
     "openai": ("agent.policies.openai_policy", "policy_from_spec"),
     "transformers": ("agent.policies.transformers_policy", "policy_from_spec"),
 }
+# What a policy needs installed beyond the base package, checked when it is loaded: a serving-only
+# install has no torch, and a model that fails on its first reply fails far from its cause.
+_REQUIRES: dict[str, tuple[tuple[str, ...], str]] = {
+    "transformers": (("torch", "transformers"), "install searchsmith[train], or serve the adapter on vLLM "
+                                                "(the customer file's serving.vllm_url) and search through it"),
+}
 
 
 def load_policy(spec: str, **options: Any) -> Policy:
@@ -31,6 +38,10 @@ def load_policy(spec: str, **options: Any) -> Policy:
         return HeuristicPolicy(**options)
     prefix, _, rest = spec.partition(":")
     if prefix in _MODEL_POLICIES and rest:
+        needed, remedy = _REQUIRES.get(prefix, ((), ""))
+        missing = [name for name in needed if importlib.util.find_spec(name) is None]
+        if missing:
+            raise ValueError(f"policy {spec!r} runs the model in this process, which needs {', '.join(missing)} (not installed): {remedy}")
         module_name, factory = _MODEL_POLICIES[prefix]
         try:
             module = importlib.import_module(module_name)
