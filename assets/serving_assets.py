@@ -38,8 +38,8 @@ def served_model(context: dg.AssetExecutionContext, store: ArtifactStoreResource
     metadata.update(suite_numbers("served", served.metrics if served is not None else {}))
     if decision is not None and decision.test_gain is not None:
         metadata["test_gain"] = float(decision.test_gain)
-    if served is not None and served.adapter_path:
-        metadata["adapter_path"] = dg.MetadataValue.path(served.adapter_path)
+    if served is not None and served.adapter is not None:
+        metadata["adapter_path"] = dg.MetadataValue.path(served.adapter.path)
     if outcome.manifest is not None:
         metadata["server_url"] = outcome.manifest.server_url or "in-process (no vLLM server configured)"
         metadata["serving_manifest"] = dg.MetadataValue.json(outcome.manifest.model_dump())

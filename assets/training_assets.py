@@ -44,12 +44,13 @@ def _train_split(name: str, store: ArtifactStoreResource, max_tasks: int | None)
 def _checkpoint_metadata(manifest: CheckpointManifest) -> dict:
     """The adapter's sidecar (config, data lineage, metrics) as Dagster metadata, scalars as numbers."""
     scalars = {k: v for k, v in manifest.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    sidecar = read_sidecar(manifest.adapter_path)
+    sidecar = read_sidecar(manifest.adapter.path)
     return {
         "config": dg.MetadataValue.json(sidecar.get("config") or {}),
         "lineage": dg.MetadataValue.json({**(sidecar.get("lineage") or {}), **manifest.lineage}),
-        "adapter_path": dg.MetadataValue.path(manifest.adapter_path),
-        "base_model": manifest.base_model,
+        "adapter_path": dg.MetadataValue.path(manifest.adapter.path),
+        "adapter_store_key": manifest.adapter.store_key or "",
+        "base_model": manifest.adapter.base_model or "",
         "steps": manifest.steps,
         "run_id": manifest.run_id,
         "reused": manifest.reused,
@@ -171,7 +172,7 @@ def sft_checkpoint(context: dg.AssetExecutionContext, store: ArtifactStoreResour
     trajectories = load_kept_trajectories(store.get(), name)
     manifest, curve = train_sft_checkpoint(name, store.get(), trajectories, config.training, customers.home_dir(),
                                            init_adapter=starting_adapter(config))
-    context.log.info(f"SFT adapter {manifest.adapter_path} ({'reused' if manifest.reused else f'{manifest.steps} steps'})")
+    context.log.info(f"SFT adapter {manifest.adapter.path} ({'reused' if manifest.reused else f'{manifest.steps} steps'})")
     metadata = _checkpoint_metadata(manifest)
     if curve:
         with tempfile.TemporaryDirectory() as folder:

@@ -170,7 +170,7 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     # run that trained it).
     reused = bool(metadata.get(f"{last.stage}_checkpoint", {}).get("reused", False))
     return {
-        "customer": customer, "stage": stage, "adapter_path": last.adapter_path, "base_model": last.base_model,
+        "customer": customer, "stage": stage, "adapter_path": last.adapter.path, "base_model": last.adapter.base_model,
         "steps": last.steps, "metrics": last.metrics, "reused": reused, "policy": last.policy,
         "stages": {name: m.to_dict() for name, m in stages.items() if m is not None and (stage == "all" or name == last.stage)},
     }

@@ -52,7 +52,9 @@ class ServingOutcome:
     def to_dict(self) -> dict[str, Any]:
         served = None
         if self.served is not None:
-            served = {"policy": self.served.policy, "adapter_path": self.served.adapter_path, "base_model": self.served.base_model,
+            adapter = self.served.adapter
+            served = {"policy": self.served.policy, "adapter_path": adapter.path if adapter else None,
+                      "base_model": adapter.base_model if adapter else None, "adapter": adapter.model_dump() if adapter else None,
                       "metrics": self.served.metrics, "promoted_at": self.served.promoted_at}
         return {
             "promoted": self.promoted, "reason": self.reason, "action": self.action,
@@ -71,20 +73,24 @@ def deploy(store: ArtifactStore, record: ServedRecord | None, customer: str, set
             store.delete(serving_manifest_key(customer))
         return None
     parser = settings.tool_call_parser
-    if parser is None and record.base_model:
+    if parser is None and record.adapter is not None and record.adapter.base_model:
         try:
-            parser = tool_call_parser_for(record.base_model)
+            parser = tool_call_parser_for(record.adapter.base_model)
         except ValueError:
             parser = None
-    url = settings.vllm_url.rstrip("/") if settings.vllm_url and record.adapter_path else None
+    url = settings.vllm_url.rstrip("/") if settings.vllm_url and record.adapter else None
     if url is not None and not url.endswith("/v1"):
         url += "/v1"
     manifest = manifest_for(record, server_url=url, tool_call_parser=parser)
-    if url is not None and manifest.adapter_name:
+    if url is not None and manifest.adapter_name and record.adapter is not None:
         client = VLLMAdmin(url, api_key_env=settings.vllm_api_key_env)
         loaded = client.models()
         if manifest.adapter_name not in loaded:
-            seconds = client.load_adapter(manifest.adapter_name, record.adapter_path)
+            # vLLM reads the folder from its own disk: on a single host (or a shared volume) this
+            # brings it there when another worker trained it; a separate vLLM host pulls it itself
+            # (`searchsmith vllm` plans from the served records).
+            folder = record.adapter.local_folder(store)
+            seconds = client.load_adapter(manifest.adapter_name, str(folder))
             LOG.info("loaded %s into %s in %.2fs", manifest.adapter_name, url, seconds)
         old = previous.adapter_name if previous is not None and previous.server_url == url else None
         if old and old != manifest.adapter_name and old in loaded:
@@ -102,7 +108,9 @@ def promote_best(store: ArtifactStore, customer: str, settings: ServingSettings,
     decision = decide(results, served, settings.promotion)
     if not decision.promoted:
         return ServingOutcome(False, decision.reason, served, load_manifest(store, customer), decision)
-    record = record_for(customer, decision)
+    from training.per_customer import checkpoint_adapters
+
+    record = record_for(customer, decision, published=checkpoint_adapters(store, customer))
     manifest = deploy(store, record, customer, settings)
     promote(store, customer, record)  # only once it is reachable: a failed deploy serves the old one
     return ServingOutcome(True, decision.reason, record, manifest, decision)
@@ -130,6 +138,7 @@ def served_policy(store: ArtifactStore, customer: str) -> str:
     served = load_served(store, customer)
     if served is None:
         return NOTHING_SERVED_POLICY
+    _bring_adapter_here(store, served)
     manifest = load_manifest(store, customer)
     if manifest is not None and manifest.policy == served.policy:
         selection = RERANK_SUFFIX if served.policy.endswith(RERANK_SUFFIX) and manifest.server_url else ""
@@ -151,4 +160,19 @@ def served_checkpoint(store: ArtifactStore, customer: str) -> str | None:
     """The promoted spec itself (`transformers:ADAPTER` for a checkpoint), whichever way the service
     reaches it: its adapter's sidecar holds the harness profile the service must run it under."""
     served = load_served(store, customer)
-    return served.policy if served is not None else None
+    if served is None:
+        return None
+    _bring_adapter_here(store, served)
+    return served.policy
+
+
+def _bring_adapter_here(store: ArtifactStore, served: ServedRecord) -> None:
+    """Pull the served adapter from the artifact store when this machine did not train it (a
+    search-service pod, a second host): the in-process policy loads its weights and the harness
+    profile comes from its sidecar. Once pulled, this is a stat of two files per request."""
+    if served.adapter is None:
+        return
+    try:
+        served.adapter.local_folder(store)
+    except FileNotFoundError as error:  # the policy loader reports it to the caller, naming the folder
+        LOG.warning("customer %s: %s", served.customer, error)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import math
 from fnmatch import fnmatchcase
-from typing import Any, Literal, Mapping
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.adapter_record import AdapterRecord
 from core.serving_settings import PromotionSettings
 from serving.served_state import ServedRecord, utc_now
 
@@ -269,11 +271,25 @@ def adapter_of(spec: str) -> tuple[str | None, str | None]:
     return None, (rest if prefix == "transformers" and rest else None)
 
 
-def record_for(customer: str, decision: PromotionDecision, base_model: str | None = None) -> ServedRecord:
-    """The `ServedRecord` to persist for a promoting decision; `base_model` overrides the one read from the adapter."""
+def record_for(customer: str, decision: PromotionDecision, base_model: str | None = None,
+               published: Iterable[AdapterRecord] = ()) -> ServedRecord:
+    """The `ServedRecord` to persist for a promoting decision; `base_model` overrides the one read from the adapter.
+
+    `published` are the customer's checkpoint records (`training.per_customer.checkpoint_adapters`):
+    the candidate's adapter is looked up among them by folder, so the served record keeps the
+    artifact-store key a serving machine pulls the weights from."""
     if not decision.promoted or decision.candidate is None:
         raise ValueError(f"decision did not promote anything ({decision.status}): {decision.reason}")
     adapter_path, found_base = adapter_of(decision.candidate)
-    return ServedRecord(customer=customer, policy=decision.candidate, adapter_path=adapter_path,
-                        base_model=base_model or found_base, metrics=decision.candidate_metrics,
+    adapter = None
+    if adapter_path is not None:
+        by_folder = {_folder_identity(record.path): record for record in published}
+        known = by_folder.get(_folder_identity(adapter_path))
+        adapter = AdapterRecord(path=adapter_path, store_key=known.store_key if known else None,
+                                base_model=base_model or found_base or (known.base_model if known else None))
+    return ServedRecord(customer=customer, policy=decision.candidate, adapter=adapter, metrics=decision.candidate_metrics,
                         promoted_at=utc_now(), reason=decision.reason)
+
+
+def _folder_identity(path: str) -> str:
+    return str(Path(path).expanduser().resolve())

@@ -21,8 +21,9 @@ import json
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.adapter_record import AdapterRecord, lift_flat_fields
 from core.layout import served_key
 from core.storage import ArtifactStore
 
@@ -40,11 +41,12 @@ class ServedRecord(BaseModel):
 
     customer: str
     policy: str  # the candidate spec as benchmarked: `heuristic`, `transformers:/path/to/adapter`
-    adapter_path: str | None = None  # None for policies without weights (heuristic)
-    base_model: str | None = None  # as the customer spells it (`smollm2`) or a model folder
+    adapter: AdapterRecord | None = None  # None for policies without weights of ours (heuristic, a full model)
     metrics: dict[str, dict[str, float]] = Field(default_factory=dict)  # suite -> metric -> value
     promoted_at: str = Field(default_factory=utc_now)  # UTC ISO 8601
     reason: str = ""  # the gate's decision, in words
+
+    _lift_flat_fields = model_validator(mode="before")(lift_flat_fields)
 
 
 class ServedEvent(BaseModel):

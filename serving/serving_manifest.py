@@ -13,8 +13,9 @@ import hashlib
 import json
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.adapter_record import AdapterRecord, lift_flat_fields
 from core.layout import serving_manifest_key
 from core.storage import ArtifactStore
 from serving.served_state import ServedRecord, utc_now
@@ -36,13 +37,14 @@ class ServingManifest(BaseModel):
 
     customer: str
     policy: str  # the promoted spec (`transformers:/path`, `heuristic`)
-    base_model: str | None = None
+    adapter: AdapterRecord | None = None  # the served record's, for whoever loads it elsewhere
     adapter_name: str | None = None  # the `model` requests use on the server
-    adapter_path: str | None = None
     server_url: str | None = None  # OpenAI-compatible base URL, ending in /v1
     tool_call_parser: str | None = None
     metrics: dict[str, dict[str, float]] = Field(default_factory=dict)  # suite -> metric -> value
     created_at: str = Field(default_factory=utc_now)  # UTC ISO 8601
+
+    _lift_flat_fields = model_validator(mode="before")(lift_flat_fields)
 
     def policy_spec(self) -> str:
         """The spec that reaches the served adapter: `openai:URL#NAME` when a server holds it, else the promoted one."""
@@ -53,10 +55,10 @@ class ServingManifest(BaseModel):
 
 def manifest_for(record: ServedRecord, server_url: str | None = None, tool_call_parser: str | None = None) -> ServingManifest:
     """The manifest of `record` served by the vLLM server at `server_url` (None: not on a server)."""
-    name = adapter_name(record.customer, record.adapter_path) if record.adapter_path else None
+    name = adapter_name(record.customer, record.adapter.path) if record.adapter else None
     return ServingManifest(
-        customer=record.customer, policy=record.policy, base_model=record.base_model, adapter_name=name,
-        adapter_path=record.adapter_path, server_url=server_url if name else None,
+        customer=record.customer, policy=record.policy, adapter=record.adapter, adapter_name=name,
+        server_url=server_url if name else None,
         tool_call_parser=tool_call_parser if name else None, metrics=record.metrics,
     )
 

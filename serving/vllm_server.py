@@ -40,6 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.base_models import profile_for, profile_from_config, read_model_config
+from core.storage import ArtifactStore
 from llm.vllm_admin import VLLMAdmin
 from serving.served_state import ServedRecord
 from serving.serving_manifest import adapter_name
@@ -177,19 +178,22 @@ def build_env(config: VLLMServerConfig, base: dict[str, str] | None = None) -> d
     return env
 
 
-def plan_servers(records: Iterable[ServedRecord]) -> dict[str, dict[str, str]]:
+def plan_servers(records: Iterable[ServedRecord], store: ArtifactStore | None = None) -> dict[str, dict[str, str]]:
     """Served records -> {base model: {LoRA name: adapter folder}}: one server per base model.
 
     Records without an adapter (the heuristic) need no server; an adapter without a known base
-    model cannot be placed and is an error (say which customer).
+    model cannot be placed and is an error (say which customer). With `store`, an adapter this
+    host lacks is pulled from the artifact store first (the vLLM host is rarely the trainer).
     """
     plan: dict[str, dict[str, str]] = {}
     for record in records:
-        if record.adapter_path is None:
+        adapter = record.adapter
+        if adapter is None:
             continue
-        if not record.base_model:
-            raise ValueError(f"customer {record.customer!r}: served adapter {record.adapter_path} has no base model recorded")
-        plan.setdefault(record.base_model, {})[adapter_name(record.customer, record.adapter_path)] = record.adapter_path
+        if not adapter.base_model:
+            raise ValueError(f"customer {record.customer!r}: served adapter {adapter.path} has no base model recorded")
+        folder = str(adapter.local_folder(store)) if store is not None else adapter.path
+        plan.setdefault(adapter.base_model, {})[adapter_name(record.customer, adapter.path)] = folder
     return plan
 
 

@@ -47,7 +47,7 @@ def test_a_promotion_is_persisted_deployed_and_served_in_process_without_a_vllm_
     outcome = promote_best(store, "acme", SETTINGS)
     assert outcome.promoted and outcome.decision.status == "first_promotion"
     record = load_served(store, "acme")
-    assert record.adapter_path == adapter and record.base_model == "smollm2"
+    assert record.adapter.path == adapter and record.adapter.base_model == "smollm2"
     manifest = load_manifest(store, "acme")
     assert manifest.server_url is None and manifest.adapter_name.startswith("acme-") and manifest.tool_call_parser == "hermes"
     assert served_policy(store, "acme") == f"transformers:{adapter}"
@@ -75,7 +75,7 @@ def test_rollback_redeploys_the_previous_record_then_the_heuristic_then_refuses(
     assert served_policy(store, "acme") == f"transformers:{second}"
     back = rollback_served(store, "acme", SETTINGS)
     assert back.served.policy == f"transformers:{first}" and "rolled back" in back.reason
-    assert load_manifest(store, "acme").adapter_path == first and served_policy(store, "acme") == f"transformers:{first}"
+    assert load_manifest(store, "acme").adapter.path == first and served_policy(store, "acme") == f"transformers:{first}"
     rollback_served(store, "acme", SETTINGS)
     assert served_policy(store, "acme") == "heuristic" and load_manifest(store, "acme") is None
     with pytest.raises(NothingToRollBack):
@@ -87,3 +87,48 @@ def test_missing_benchmark_results_are_a_clear_error(store):
         promote_best(store, "acme", SETTINGS)
 
 
+
+
+def test_a_machine_that_did_not_train_the_promoted_checkpoint_pulls_it_from_the_store(store, tmp_path):
+    # Training published the adapter under a store key (its checkpoint manifest's record); the gate
+    # promotes it, and a search-service host without the trainer's disk brings it down on first use.
+    from core.adapter_record import AdapterRecord
+    from core.layout import adapter_prefix
+    from core.storage import push_folder
+    from serving.per_customer import served_checkpoint
+    from training.per_customer import CheckpointManifest, write_manifest
+
+    folder = tmp_path / "models" / "acme" / "sft" / "run1"
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/models/base", "r": 8}))
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    (folder / "searchsmith_adapter.json").write_text(json.dumps({"base_model": "smollm2", "harness_profile": {"view": "compact"}}))
+    published = AdapterRecord(path=str(folder), store_key=adapter_prefix("acme", "sft", "run1"), base_model="smollm2")
+    push_folder(store, folder, published.store_key)
+    write_manifest(store, CheckpointManifest("sft", "acme", "run1", published, steps=2, metrics={}))
+    _report(store, {"heuristic": m(0.5), f"transformers:{folder}": m(0.6)})
+    assert promote_best(store, "acme", SETTINGS).promoted
+    served = load_served(store, "acme")
+    assert served.adapter == published and load_manifest(store, "acme").adapter == published
+
+    for name in ("adapter_config.json", "adapter_model.safetensors", "searchsmith_adapter.json"):
+        (folder / name).unlink()
+    folder.rmdir()
+    assert served_checkpoint(store, "acme") == f"transformers:{folder}"
+    assert (folder / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert json.loads((folder / "searchsmith_adapter.json").read_text())["harness_profile"] == {"view": "compact"}
+
+
+def test_records_written_before_the_adapter_record_still_load(store):
+    # served.json and the serving manifest of earlier releases kept flat adapter fields.
+    store.write_text("acme/serving/served.json", json.dumps({"customer": "acme", "current": {
+        "customer": "acme", "policy": "transformers:/m/acme/sft/1", "adapter_path": "/m/acme/sft/1", "base_model": "smollm2",
+        "metrics": {}, "promoted_at": "2026-11-01T00:00:00+00:00", "reason": "first"}, "history": [{
+        "customer": "acme", "policy": "heuristic", "adapter_path": None, "base_model": None, "metrics": {}}], "log": []}))
+    store.write_text("acme/serving/manifest.json", json.dumps({
+        "customer": "acme", "policy": "transformers:/m/acme/sft/1", "base_model": "smollm2", "adapter_name": "acme-1",
+        "adapter_path": "/m/acme/sft/1", "server_url": None, "tool_call_parser": "hermes", "metrics": {}}))
+    served = load_served(store, "acme")
+    assert served.adapter.path == "/m/acme/sft/1" and served.adapter.base_model == "smollm2" and served.adapter.store_key is None
+    assert load_manifest(store, "acme").adapter == served.adapter
+    assert current_serving(store, "acme").to_dict()["served"]["adapter_path"] == "/m/acme/sft/1"

@@ -8,6 +8,7 @@ import pytest
 
 from core.layout import served_key
 from core.serving_settings import PromotionSettings
+from core.adapter_record import AdapterRecord
 from core.storage import LocalArtifactStore
 from serving.promotion import adapter_of, decide, record_for
 from serving.served_state import NothingToRollBack, ServedRecord, load_served, load_state, promote, rollback, served_policy_spec
@@ -34,7 +35,8 @@ def served(policy: str, test_af: float, external_af: float | None = None) -> Ser
     metrics = {"test": {"answer_found": test_af}}
     if external_af is not None:
         metrics["multihop_sample"] = {"answer_found": external_af}
-    return ServedRecord(customer="acme", policy=policy, adapter_path=policy.partition(":")[2] or None, metrics=metrics)
+    folder = policy.partition(":")[2]
+    return ServedRecord(customer="acme", policy=policy, adapter=AdapterRecord(path=folder) if folder else None, metrics=metrics)
 
 
 @pytest.fixture

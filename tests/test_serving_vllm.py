@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from core.adapter_record import AdapterRecord
 from core.storage import LocalArtifactStore
 from serving.served_state import ServedRecord
 from serving.serving_manifest import adapter_name, load_manifest, manifest_for, write_manifest
@@ -123,7 +124,7 @@ def test_explicit_parser_overrides_the_family():
 
 def record(customer: str, adapter: str | None, base: str | None = "smollm2") -> ServedRecord:
     return ServedRecord(customer=customer, policy=f"transformers:{adapter}" if adapter else "heuristic",
-                        adapter_path=adapter, base_model=base if adapter else None,
+                        adapter=AdapterRecord(path=adapter, base_model=base) if adapter else None,
                         metrics={"test": {"answer_found": 0.6}})
 
 
@@ -153,7 +154,7 @@ def test_manifest_round_trips_and_points_at_the_served_adapter(tmp_path):
     loaded = load_manifest(store, "acme")
     assert loaded == manifest
     assert loaded.policy_spec() == f"openai:http://127.0.0.1:8000/v1#{adapter_name('acme', '/a/acme')}"
-    assert loaded.base_model == "smollm2" and loaded.metrics["test"]["answer_found"] == 0.6
+    assert loaded.adapter.base_model == "smollm2" and loaded.metrics["test"]["answer_found"] == 0.6
     assert load_manifest(store, "globex") is None
 
 
@@ -243,12 +244,12 @@ def test_real_vllm_serves_lora_adapters_and_loads_one_at_run_time(smollm2_dir, t
         from serving.served_state import ServedRecord
 
         store, settings = LocalArtifactStore(tmp_path / "artifacts"), ServingSettings(vllm_url=server.base_url)
-        old = deploy(store, ServedRecord(customer="initech", policy=f"transformers:{second}", adapter_path=str(second),
-                                         base_model="smollm2"), "initech", settings)
+        old = deploy(store, ServedRecord(customer="initech", policy=f"transformers:{second}",
+                                         adapter=AdapterRecord(path=str(second), base_model="smollm2")), "initech", settings)
         assert old.server_url == server.base_url and old.adapter_name in server.models()
         assert old.policy_spec() == f"openai:{server.base_url}#{old.adapter_name}"
-        new = deploy(store, ServedRecord(customer="initech", policy=f"transformers:{first}", adapter_path=str(first),
-                                         base_model="smollm2"), "initech", settings)
+        new = deploy(store, ServedRecord(customer="initech", policy=f"transformers:{first}",
+                                         adapter=AdapterRecord(path=str(first), base_model="smollm2")), "initech", settings)
         assert new.adapter_name in server.models() and old.adapter_name not in server.models()
         assert first_name in server.models(), "another customer's adapter is never touched"
         pid = server.process.pid

@@ -116,10 +116,10 @@ def test_sft_trajectories_are_filtered_and_stored_with_a_dataset(trained):
 
 def test_sft_checkpoint_writes_a_manifest_the_adapter_and_its_copy_in_the_store(trained, settings):
     manifest = read_manifest(trained.store, "acme", "sft")
-    assert manifest is not None and manifest.adapter_path == trained.sft.adapter_path
-    assert manifest.steps == 2 and manifest.base_model == settings.base_model and trained.curve
+    assert manifest is not None and manifest.adapter.path == trained.sft.adapter.path
+    assert manifest.steps == 2 and manifest.adapter.base_model == settings.base_model and trained.curve
     assert "loss" in json.dumps(manifest.metrics)
-    stored = set(trained.store.list(manifest.adapter_key))
+    stored = set(trained.store.list(manifest.adapter.store_key))
     assert any(key.endswith("adapter_config.json") for key in stored) and any(key.endswith(".safetensors") for key in stored)
 
 
@@ -147,21 +147,21 @@ def test_changed_settings_train_a_new_adapter(trained, settings, tmp_path):
 
 def test_a_worker_without_the_adapter_folder_pulls_it_from_the_store(trained):
     manifest = read_manifest(trained.store, "acme", "cispo")
-    moved = manifest.adapter_path + ".moved"
-    shutil.move(manifest.adapter_path, moved)
+    moved = manifest.adapter.path + ".moved"
+    shutil.move(manifest.adapter.path, moved)
     try:
         specs = checkpoint_policies(trained.store, "acme")
-        assert specs == [f"transformers:{trained.sft.adapter_path}", f"transformers:{manifest.adapter_path}"]
-        assert json.loads((Path(manifest.adapter_path) / "adapter_config.json").read_text())["r"] == 4
+        assert specs == [f"transformers:{trained.sft.adapter.path}", f"transformers:{manifest.adapter.path}"]
+        assert json.loads((Path(manifest.adapter.path) / "adapter_config.json").read_text())["r"] == 4
     finally:
-        shutil.rmtree(manifest.adapter_path, ignore_errors=True)
-        shutil.move(moved, manifest.adapter_path)
+        shutil.rmtree(manifest.adapter.path, ignore_errors=True)
+        shutil.move(moved, manifest.adapter.path)
 
 
 def test_the_checkpoint_runs_as_a_policy_through_the_harness(trained):
     spec = checkpoint_policies(trained.store, "acme")[-1]
     policy = load_policy(spec, max_new_tokens=8)
-    assert policy.adapter_path == trained.cispo.adapter_path
+    assert policy.adapter_path == trained.cispo.adapter.path
     config = HarnessConfig(token_budget=4096, response_reserve_tokens=256, search_budget_tokens=512, max_turns=2)
     with Harness(TinyBackend(), policy, config) as harness:
         trajectory = harness.run("Who designed the Alpha Lighthouse?")
@@ -177,6 +177,19 @@ def test_concurrent_first_loads_of_an_adapter_share_one_real_model(trained, sett
 
     clear_model_cache()
     with ThreadPoolExecutor(4) as pool:
-        loaded = list(pool.map(lambda _: load_model(settings.base_model, trained.sft.adapter_path), range(4)))
+        loaded = list(pool.map(lambda _: load_model(settings.base_model, trained.sft.adapter.path), range(4)))
     assert all(item is loaded[0] for item in loaded)
     assert not any(p.is_meta for p in loaded[0].model.parameters())
+
+
+def test_a_checkpoint_manifest_of_an_earlier_release_still_reads(tmp_path):
+    # Manifests written before the adapter record kept `adapter_path`/`adapter_key`/`base_model` flat.
+    store = LocalArtifactStore(tmp_path)
+    store.write_text("acme/checkpoints/sft.json", json.dumps({
+        "stage": "sft", "customer": "acme", "run_id": "r1", "adapter_path": "/m/acme/sft/r1", "adapter_key": "acme/checkpoints/sft/r1/",
+        "base_model": "smollm2", "steps": 3, "metrics": {"loss": 1.0}, "lineage": {}, "reused": False,
+        "created_at": "2026-11-01T00:00:00+00:00", "policy": "transformers:/m/acme/sft/r1"}))
+    manifest = read_manifest(store, "acme", "sft")
+    assert (manifest.adapter.path, manifest.adapter.store_key, manifest.adapter.base_model) == (
+        "/m/acme/sft/r1", "acme/checkpoints/sft/r1/", "smollm2")
+    assert manifest.policy == "transformers:/m/acme/sft/r1" and manifest.steps == 3

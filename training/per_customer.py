@@ -36,6 +36,7 @@ from typing import Any
 from agent.harness import HarnessConfig
 from agent.policy_base import Policy
 from agent.trajectory import Trajectory
+from core.adapter_record import AdapterRecord, lift_flat_fields
 from core.base_models import profile_for
 from core.layout import (
     CHECKPOINT_STAGES,
@@ -87,14 +88,13 @@ def run_identity(*parts: Any) -> str:
 @dataclass
 class CheckpointManifest:
     """What a training stage produced: read by the benchmark (as a `transformers:` candidate),
-    the promotion gate and `searchsmith finetune --json`."""
+    the promotion gate (which carries its `adapter` record into the served record) and
+    `searchsmith finetune --json`."""
 
     stage: str
     customer: str
     run_id: str
-    adapter_path: str
-    adapter_key: str
-    base_model: str
+    adapter: AdapterRecord
     steps: int
     metrics: dict[str, Any]
     lineage: dict[str, Any] = field(default_factory=dict)
@@ -103,19 +103,20 @@ class CheckpointManifest:
 
     @property
     def policy(self) -> str:
-        return f"transformers:{self.adapter_path}"
+        return self.adapter.policy
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "stage": self.stage, "customer": self.customer, "run_id": self.run_id, "adapter_path": self.adapter_path,
-            "adapter_key": self.adapter_key, "base_model": self.base_model, "steps": self.steps, "metrics": self.metrics,
-            "lineage": self.lineage, "reused": self.reused, "created_at": self.created_at, "policy": self.policy,
+            "stage": self.stage, "customer": self.customer, "run_id": self.run_id, "adapter": self.adapter.model_dump(),
+            "steps": self.steps, "metrics": self.metrics, "lineage": self.lineage, "reused": self.reused,
+            "created_at": self.created_at, "policy": self.policy,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckpointManifest:
+        data = lift_flat_fields(data)
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**fields)
+        return cls(**{**fields, "adapter": AdapterRecord.model_validate(fields["adapter"])})
 
 
 def read_manifest(store: ArtifactStore, customer: str, stage: str) -> CheckpointManifest | None:
@@ -129,18 +130,19 @@ def write_manifest(store: ArtifactStore, manifest: CheckpointManifest) -> None:
     store.write_text(checkpoint_manifest_key(manifest.customer, manifest.stage), json.dumps(manifest.to_dict(), indent=2, default=str))
 
 
-def _adapter_complete(folder: Path) -> bool:
-    return (folder / "adapter_config.json").is_file() and any(folder.glob("adapter_model.*"))
-
-
 def local_adapter(store: ArtifactStore, manifest: CheckpointManifest) -> Path:
     """The manifest's adapter as a local folder, pulled from the artifact store when this machine
     lacks it (another worker trained it)."""
-    folder = Path(manifest.adapter_path)
-    if not _adapter_complete(folder):
-        if pull_folder(store, manifest.adapter_key, folder) == 0:
-            raise FileNotFoundError(f"adapter of {manifest.customer}/{manifest.stage} is neither at {folder} nor in the store at {manifest.adapter_key}")
-    return folder
+    try:
+        return manifest.adapter.local_folder(store)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"adapter of {manifest.customer}/{manifest.stage}: {error}") from None
+
+
+def checkpoint_adapters(store: ArtifactStore, customer: str) -> list[AdapterRecord]:
+    """The adapter records of every stage that has produced a checkpoint, SFT first."""
+    manifests = (read_manifest(store, customer, stage) for stage in CHECKPOINT_STAGES)
+    return [manifest.adapter for manifest in manifests if manifest is not None]
 
 
 def checkpoint_policies(store: ArtifactStore, customer: str) -> list[str]:
@@ -341,9 +343,9 @@ def train_sft_checkpoint(
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
                      lineage={"customer": customer, "run_id": run_id, **continued}, harness_profile=profile, init_adapter=init_adapter)
     lineage = {"trajectories": len(trajectories), **continued}
-    manifest = _publish(store, CheckpointManifest("sft", customer, run_id, str(Path(result.adapter_path).resolve()),
-                                                  adapter_prefix(customer, "sft", run_id), result.base_model, result.steps,
-                                                  result.metrics, lineage=lineage))
+    adapter = AdapterRecord(path=str(Path(result.adapter_path).resolve()), store_key=adapter_prefix(customer, "sft", run_id),
+                            base_model=result.base_model)
+    manifest = _publish(store, CheckpointManifest("sft", customer, run_id, adapter, result.steps, result.metrics, lineage=lineage))
     return manifest, result.loss_curve
 
 
@@ -363,7 +365,7 @@ def _reusable_run(store: ArtifactStore, customer: str, stage: str, run_id: str) 
 
 def _publish(store: ArtifactStore, manifest: CheckpointManifest) -> CheckpointManifest:
     """Copy the trained adapter into the store, then point the stage's manifest at it."""
-    push_folder(store, Path(manifest.adapter_path), manifest.adapter_key)
+    push_folder(store, Path(manifest.adapter.path), manifest.adapter.store_key)
     write_manifest(store, manifest)
     return manifest
 
@@ -418,9 +420,10 @@ def train_cispo_checkpoint(
     lineage = {"init_adapter": str(init_path) if init_path else None, "init_run_id": init.run_id if init else None,
                "tasks": len(bench_tasks), "resumed_from": result.resumed_from,
                "checkpoints": [str(p) for p in result.checkpoints]}
-    manifest = _publish(store, CheckpointManifest("cispo", customer, run_id, str(Path(result.adapter_path).resolve()),
-                                                  adapter_prefix(customer, "cispo", run_id), str(result.base_model),
-                                                  result.steps, _jsonable(result.metrics), lineage=lineage))
+    adapter = AdapterRecord(path=str(Path(result.adapter_path).resolve()), store_key=adapter_prefix(customer, "cispo", run_id),
+                            base_model=str(result.base_model))
+    manifest = _publish(store, CheckpointManifest("cispo", customer, run_id, adapter, result.steps, _jsonable(result.metrics),
+                                                  lineage=lineage))
     return manifest, result.history
 
 
