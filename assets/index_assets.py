@@ -9,7 +9,7 @@ from assets.partitions import customers_partitions
 from assets.resources import ArtifactStoreResource, ChromaResource, CustomersResource
 from assets.retries import TransientRetry, retry_transient
 from core.layout import chunks_key
-from search.index import dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
+from search.index_checks import dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
 from search.per_customer import build_customer_index, embedder_for, open_customer_index
 
 RECALL_SAMPLE = 20

@@ -1,9 +1,10 @@
 """The hybrid per-customer index: one Chroma collection (dense) + a BM25 folder (sparse).
 
-Why one collection per customer, named by customer, embedding model and chunker signature:
-customers are hard-partitioned at build time (a query can never reach another customer's
-vectors, with no filter to forget), and a changed model or chunker builds a *new* collection
-instead of mixing incomparable vectors; the collection metadata records what built it.
+One collection per customer, embedding model and chunker signature (`search.collection_naming`
+says why); the collection metadata records what built it. The collection's lifecycle (open or
+create, drop stale ones, incremental update) and the hybrid query live here; the in-memory chunk
+rows (`search.chunk_table`), grep (`search.grep`) and the asset checks (`search.index_checks`)
+are their own modules.
 
 Why incremental: embedding dominates CPU ingest (~40 chunks/s on 2 cores), and chunk ids are
 content hashes, so an id already in the collection already has the right vector. An update
@@ -20,10 +21,7 @@ The chunk texts, titles and token counts are held in memory (`ChunkTable`): hits
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import logging
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -39,12 +37,14 @@ import polars as pl
 from core.progress import Progress
 from search.backend import Hit
 from search.bm25 import BM25Index, ids_fingerprint
+from search.chunk_table import ChunkTable, prepare_chunks
+from search.collection_naming import INDEX_FORMAT_VERSION, collection_name
 from search.embeddings import TextEmbedder
 from search.fusion import RRF_K, rrf
+from search.grep import grep_chunks
 
 log = logging.getLogger(__name__)
 
-INDEX_FORMAT_VERSION = "1"
 FUSE_DEPTH = 50  # top 50 of each leg go into RRF (Context-1)
 DEFAULT_WRITE_BATCH = 300  # Chroma Cloud accepts at most 300 records per write
 DEFAULT_READ_BATCH = 5000
@@ -89,72 +89,6 @@ class IndexStats:
         return asdict(self)
 
 
-def _slug(text: str, limit: int) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return slug[:limit].strip("-") or "x"
-
-
-def collection_name(customer: str, embedding_model: str, chunker: str) -> str:
-    """`<customer>-<model>-<hash>`: readable, valid for Chroma ([a-zA-Z0-9._-], 3-512 chars),
-    and different whenever the customer, the embedding model or the chunker signature is."""
-    digest = hashlib.sha256(f"{customer}\x00{embedding_model}\x00{chunker}\x00{INDEX_FORMAT_VERSION}".encode()).hexdigest()[:12]
-    return f"{_slug(customer, 48)}-{_slug(embedding_model, 32)}-{digest}"
-
-
-class ChunkTable:
-    """The chunk rows the index serves, as plain lists (fast to index from any thread)."""
-
-    def __init__(self, frame: pl.DataFrame):
-        n = frame.height
-        self.ids: list[str] = frame.get_column("chunk_id").to_list()
-        self.doc_ids: list[str] = frame.get_column("doc_id").to_list()
-        self.texts: list[str] = [text or "" for text in frame.get_column("text").to_list()]
-        self.titles: list[str] = (
-            [title or "" for title in frame.get_column("title").to_list()] if "title" in frame.columns else [""] * n
-        )
-        self.n_tokens: list[int] = (
-            [int(v or 0) for v in frame.get_column("n_tokens").to_list()] if "n_tokens" in frame.columns else [0] * n
-        )
-        order: list[int] = frame.get_column("index").to_list() if "index" in frame.columns else list(range(n))
-        self.order: list[int] = [int(v) if v is not None else i for i, v in enumerate(order)]
-        self.positions: dict[str, int] = {chunk_id: pos for pos, chunk_id in enumerate(self.ids)}
-        by_doc: dict[str, list[int]] = {}
-        for pos, doc_id in enumerate(self.doc_ids):
-            by_doc.setdefault(doc_id, []).append(pos)
-        for positions in by_doc.values():
-            positions.sort(key=lambda pos: (self.order[pos], pos))
-        self.doc_positions = by_doc
-        self._haystack: tuple[str, list[int]] | None = None
-        self._haystack_lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def haystack(self) -> tuple[str, list[int]]:
-        """All texts joined by newlines, and where each starts: one C-level regex scan over it
-        is ~10x faster than a Python loop over 100k chunks (built on the first grep)."""
-        if self._haystack is None:
-            with self._haystack_lock:
-                if self._haystack is None:
-                    starts, offset = [], 0
-                    for text in self.texts:
-                        starts.append(offset)
-                        offset += len(text) + 1
-                    self._haystack = ("\n".join(self.texts), starts)
-        return self._haystack
-
-    def hit(self, pos: int, score: float = 0.0, rank: int = 0) -> Hit:
-        return Hit(
-            chunk_id=self.ids[pos],
-            doc_id=self.doc_ids[pos],
-            title=self.titles[pos],
-            text=self.texts[pos],
-            score=float(score),
-            n_tokens=self.n_tokens[pos],
-            rank=rank,
-        )
-
-
 @dataclass(frozen=True)
 class _State:
     """Everything a query reads, swapped as one object so searches during an update see
@@ -165,14 +99,6 @@ class _State:
     chunker: str
     table: ChunkTable
     bm25: BM25Index
-
-
-def _prepare_chunks(chunks: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    missing = {"chunk_id", "doc_id", "text"} - set(chunks.columns)
-    if missing:
-        raise ValueError(f"chunk table lacks columns: {sorted(missing)}")
-    unique = chunks.unique("chunk_id", keep="first", maintain_order=True)
-    return unique, chunks.height - unique.height
 
 
 EMPTY_CHUNKER = "none"  # signature used for an empty first build (no chunk says which chunker)
@@ -189,29 +115,6 @@ def _chunker_of(chunks: pl.DataFrame, fallback: str | None) -> str:
     if len(signatures) != 1 or signatures[0] is None:
         raise ValueError(f"chunks come from several chunker signatures {signatures}; re-chunk first")
     return str(signatures[0])
-
-
-def _compile_grep(pattern: str, ignore_case: bool, multiline: bool = False):
-    import regex
-
-    flags = (regex.IGNORECASE if ignore_case else 0) | (regex.MULTILINE if multiline else 0)
-    try:
-        return regex.compile(pattern, flags=flags)
-    except (regex.error, TypeError, ValueError, OverflowError, RecursionError) as error:
-        raise ValueError(f"invalid regular expression {pattern!r}: {error}") from None
-
-
-# Constructs whose outcome can depend on text beyond a chunk's edges (lookarounds, atomic
-# groups, possessive quantifiers, absolute anchors, \K, unusual inline flags): for these a
-# scan of the joined texts could miss a chunk-level match, so grep scans chunk by chunk.
-_GROUP_OPENING = re.compile(r"\(\?(?!:|P<|P=|#|[imsx]+[:)]|<[A-Za-z_])")
-_CONTEXT_ESCAPES = re.compile(r"\\[AZzGK]|[*+?}]\+")
-
-
-def _chunk_local(pattern: str) -> bool:
-    """True when every match of `pattern` in a chunk is also a match at the same place in the
-    newline-joined texts (compiled MULTILINE), so the joined scan can find candidates."""
-    return not (_GROUP_OPENING.search(pattern) or _CONTEXT_ESCAPES.search(pattern))
 
 
 class HybridIndex:
@@ -358,7 +261,7 @@ class HybridIndex:
         """Make the customer's collection and BM25 index match `chunks`, embedding only new ids."""
         started = time.perf_counter()
         with self._update_lock:
-            frame, duplicates = _prepare_chunks(chunks)
+            frame, duplicates = prepare_chunks(chunks)
             chunker = chunker or _chunker_of(frame, self._state.chunker if self._state else None)
             collection, created = self._open_or_create(chunker)
             table = ChunkTable(frame)
@@ -426,7 +329,7 @@ class HybridIndex:
         BM25 is loaded from `bm25_dir` when its manifest matches this collection and these
         chunk ids, and rebuilt in memory otherwise (the caller may have synced an older one).
         """
-        frame, _ = _prepare_chunks(chunks)
+        frame, _ = prepare_chunks(chunks)
         chunker = chunker or _chunker_of(frame, None)
         name = self.collection_name(chunker)
         collection = self._get_collection(name)
@@ -544,68 +447,11 @@ class HybridIndex:
         ignore_case: bool = False,
         timeout_s: float | None = None,
     ) -> list[Hit]:
-        """First `limit` unseen chunks (reading order) whose text matches `pattern`.
-
-        Uses the `regex` package's per-call timeout against a deadline for the whole scan, so
-        catastrophic backtracking costs at most `timeout_s`; raises ValueError for an invalid
-        pattern or a timeout (the harness shows the message to the model).
-        """
+        """First `limit` unseen chunks (reading order) whose text matches `pattern` (`search.grep`)."""
         state = self.state
-        compiled = _compile_grep(pattern, ignore_case)
-        if limit <= 0:
-            return []
-        exclude = self._as_set(exclude)
         budget = self.grep_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + budget
-
-        def remaining() -> float:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            return left
-
-        try:
-            if _chunk_local(pattern):
-                positions = self._grep_joined(state.table, _compile_grep(pattern, ignore_case, True), compiled, limit, exclude, remaining)
-            else:
-                positions = self._grep_each(state.table, compiled, limit, exclude, remaining)
-        except TimeoutError:
-            raise ValueError(
-                f"regular expression {pattern!r} took longer than {budget:.1f}s (catastrophic backtracking?); simplify it"
-            ) from None
+        positions = grep_chunks(state.table, pattern, limit, self._as_set(exclude), ignore_case=ignore_case, timeout_s=budget)
         return [state.table.hit(pos, 1.0, rank) for rank, pos in enumerate(positions, start=1)]
-
-    @staticmethod
-    def _grep_each(table: ChunkTable, compiled: Any, limit: int, exclude: Collection[str], remaining) -> list[int]:
-        found: list[int] = []
-        for pos, text in enumerate(table.texts):
-            if exclude and table.ids[pos] in exclude:
-                continue
-            if compiled.search(text, timeout=remaining()) is not None:
-                found.append(pos)
-                if len(found) >= limit:
-                    break
-        return found
-
-    @staticmethod
-    def _grep_joined(table: ChunkTable, joined: Any, compiled: Any, limit: int, exclude: Collection[str], remaining) -> list[int]:
-        """Find candidates with one scan of the joined texts, confirm each on its own chunk,
-        and resume at the next chunk's start (a match that ran across chunks never hides
-        the next chunk's own match)."""
-        haystack, starts = table.haystack()
-        found: list[int] = []
-        cursor, n = 0, len(starts)
-        while cursor <= len(haystack) and len(found) < limit:
-            match = joined.search(haystack, cursor, timeout=remaining())
-            if match is None:
-                break
-            pos = bisect.bisect_right(starts, match.start()) - 1
-            if not (exclude and table.ids[pos] in exclude) and compiled.search(table.texts[pos], timeout=remaining()) is not None:
-                found.append(pos)
-            if pos + 1 >= n:
-                break
-            cursor = starts[pos + 1]
-        return found
 
     def document_chunks(self, doc_id: str) -> list[Hit]:
         state = self._state
@@ -629,78 +475,3 @@ class HybridIndex:
         if state is None or chunk_id not in state.table.positions:
             return None
         return state.table.hit(state.table.positions[chunk_id])
-
-
-# -- asset checks (pure functions over a built index) ----------------------------------------
-
-
-def index_count_matches_chunks(index: HybridIndex, chunks: pl.DataFrame) -> tuple[bool, dict[str, Any]]:
-    """The collection, BM25 and in-memory table each hold exactly the table's unique chunk ids."""
-    expected = set(chunks.get_column("chunk_id").to_list())
-    stored = set(index.stored_ids())
-    state = index.state
-    details = {
-        "chunks": len(expected),
-        "collection": index.collection.count(),
-        "bm25": len(state.bm25),
-        "table": len(state.table),
-        "missing": len(expected - stored),
-        "extra": len(stored - expected),
-    }
-    ok = details["missing"] == 0 and details["extra"] == 0 and details["chunks"] == details["collection"] == details["bm25"] == details["table"]
-    return ok, details
-
-
-def no_duplicate_ids(index: HybridIndex) -> tuple[bool, dict[str, Any]]:
-    """No chunk id appears twice in the collection, the BM25 id list or the in-memory table."""
-    stored = index.stored_ids()
-    state = index.state
-    details = {
-        "collection_duplicates": len(stored) - len(set(stored)),
-        "bm25_duplicates": len(state.bm25.ids) - len(set(state.bm25.ids)),
-        "table_duplicates": len(state.table.ids) - len(set(state.table.ids)),
-    }
-    return all(value == 0 for value in details.values()), details
-
-
-def stored_embeddings(index: HybridIndex) -> tuple[list[str], np.ndarray]:
-    """Every id and vector in the collection, paged."""
-    collection = index.collection
-    ids: list[str] = []
-    blocks: list[np.ndarray] = []
-    offset = 0
-    while True:
-        page = collection.get(include=["embeddings"], limit=index.read_batch, offset=offset)
-        ids.extend(page["ids"])
-        if len(page["ids"]):
-            blocks.append(np.asarray(page["embeddings"], dtype=np.float32))
-        if len(page["ids"]) < index.read_batch:
-            break
-        offset += len(page["ids"])
-    dims = blocks[0].shape[1] if blocks else 0
-    return ids, (np.concatenate(blocks) if blocks else np.zeros((0, dims), dtype=np.float32))
-
-
-def dense_recall_vs_brute_force(index: HybridIndex, sample_queries: Sequence[str] | np.ndarray, k: int = 10) -> float:
-    """Mean overlap of Chroma's HNSW top-k with exact cosine top-k over all stored vectors.
-
-    `sample_queries` are texts (embedded with the index's embedder) or a 2-D array of vectors.
-    """
-    ids, matrix = stored_embeddings(index)
-    if not len(ids) or not len(sample_queries):
-        return 1.0
-    if isinstance(sample_queries, np.ndarray):
-        queries = np.asarray(sample_queries, dtype=np.float32).reshape(len(sample_queries), -1)
-    else:
-        queries = np.stack([index.embed_query(query) for query in sample_queries])
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    unit = matrix / norms
-    k = min(k, len(ids))
-    recalls = []
-    for vector in queries:
-        q = vector / (np.linalg.norm(vector) or 1.0)
-        exact = {ids[i] for i in np.argsort(-(unit @ q), kind="stable")[:k]}
-        approx = index.collection.query(query_embeddings=vector.reshape(1, -1), n_results=k, include=[])["ids"][0]
-        recalls.append(len(exact & set(approx)) / k)
-    return float(np.mean(recalls))

@@ -3,7 +3,7 @@
 Nothing downstream may train on broken tasks: `verified_tasks` is blocked unless every split
 has enough tasks and every quote of every verified task is found in the *current* text of
 its document (a document edited after generation must not leave stale quotes behind). Each
-returns `(passed, metadata)`, like the index checks in `search.index`.
+returns `(passed, metadata)`, like the index checks in `search.index_checks`.
 """
 
 from __future__ import annotations

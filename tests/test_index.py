@@ -28,7 +28,9 @@ from search.backend import Hit, SearchBackend
 from search.bm25 import BM25Index, tokenize
 from search.chroma_client import http_client, persistent_client
 from search.fusion import rrf
-from search.index import HybridIndex, IndexNotBuilt, collection_name, dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
+from search.collection_naming import collection_name
+from search.index import HybridIndex, IndexNotBuilt
+from search.index_checks import dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
 
 DATA = Path(__file__).parent / "data" / "multihop_sample.jsonl"
 CHUNKER = "v1:test:512"
