@@ -45,3 +45,19 @@ def test_a_broken_layer_is_caught(tmp_path):
     result = subprocess.run(lint_imports(), cwd=copy, capture_output=True, text=True, timeout=300,
                             env={"PYTHONPATH": str(copy), "PATH": str(Path(sys.executable).parent)})
     assert result.returncode != 0 and "corpus.reaches_up -> training.per_customer" in result.stdout, result.stdout[-3000:]
+
+
+def test_the_readme_layout_table_lists_every_package_and_each_module_it_names_exists():
+    """The README's layout table is how a newcomer finds things: a row for every package, no row
+    for a folder that is gone, and any module a row names (`adapter_record.py`) is in that folder."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Layout"):]
+    rows = dict(re.findall(r"^\| `(\w+)/` \| (.+) \|$", table, flags=re.MULTILINE))
+    packages = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name not in {"tests", "bench"})
+    assert not set(packages) - set(rows), f"packages without a README layout row: {sorted(set(packages) - set(rows))}"
+    for folder, text in rows.items():
+        assert (ROOT / folder).is_dir(), f"README layout names {folder}/, which does not exist"
+        for module in re.findall(r"`(\w+\.py)`", text):
+            assert (ROOT / folder / module).is_file(), f"README layout: {folder}/{module} does not exist"
