@@ -9,15 +9,18 @@ single PUT lands whole or not at all, so readers never see a partial object.
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 from urllib.parse import urlparse
 
 import polars as pl
+
+T = TypeVar("T")
 
 
 class ArtifactNotFound(KeyError):
@@ -52,6 +55,18 @@ class ArtifactStore(ABC):
 
     def write_text(self, key: str, text: str) -> None:
         self.write_bytes(key, text.encode("utf-8"))
+
+    def read_record(self, key: str, parse: Callable[[Any], T]) -> T:
+        """The JSON record at `key`, parsed by `parse` (a model's `model_validate`, a `from_dict`).
+
+        Records are what stages hand each other (manifests, the served record); one torn by a
+        crash or edited by hand is an error that names the record and what is wrong with it,
+        not a bare traceback from deep inside a stage that read it."""
+        text = self.read_text(key)
+        try:
+            return parse(json.loads(text))
+        except (ValueError, TypeError, KeyError) as error:  # JSONDecodeError and pydantic's ValidationError are ValueErrors
+            raise ValueError(f"{self.uri(key)} is not a valid record: {error}") from None
 
     def read_parquet(self, key: str) -> pl.DataFrame:
         return pl.read_parquet(io.BytesIO(self.read_bytes(key)))

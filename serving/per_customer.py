@@ -10,7 +10,6 @@ to run. Dagster-free: the asset and the CLI call these.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,7 @@ def load_benchmark_results(store: ArtifactStore, customer: str) -> dict[str, dic
     key = benchmark_summary_key(customer)
     if not store.exists(key):
         raise FileNotFoundError(f"no benchmark results for {customer!r}: materialize benchmark_report first")
-    return json.loads(store.read_text(key))
+    return store.read_record(key, dict)
 
 
 @dataclass

@@ -17,7 +17,6 @@ one; the lineage runs one `served_model` materialization per customer at a time.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -76,7 +75,7 @@ def load_state(store: ArtifactStore, customer: str) -> ServedState:
     key = served_key(customer)
     if not store.exists(key):
         return ServedState(customer=customer)
-    state = ServedState.model_validate(json.loads(store.read_text(key)))
+    state = store.read_record(key, ServedState.model_validate)
     if state.customer != customer:
         raise ValueError(f"{store.uri(key)} belongs to customer {state.customer!r}, not {customer!r}")
     return state

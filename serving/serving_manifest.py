@@ -10,7 +10,6 @@ history of what was served lives in `served.json`.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -74,4 +73,4 @@ def load_manifest(store: ArtifactStore, customer: str) -> ServingManifest | None
     key = serving_manifest_key(customer)
     if not store.exists(key):
         return None
-    return ServingManifest.model_validate(json.loads(store.read_text(key)))
+    return store.read_record(key, ServingManifest.model_validate)

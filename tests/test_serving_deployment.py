@@ -132,3 +132,13 @@ def test_records_written_before_the_adapter_record_still_load(store):
     assert served.adapter.path == "/m/acme/sft/1" and served.adapter.base_model == "smollm2" and served.adapter.store_key is None
     assert load_manifest(store, "acme").adapter == served.adapter
     assert current_serving(store, "acme").to_dict()["served"]["adapter_path"] == "/m/acme/sft/1"
+
+
+@pytest.mark.parametrize("text", ["{\"customer\": \"acme\", \"current\": {\"custo", "{\"customer\": \"acme\", \"curent\": null}"])
+def test_a_torn_or_misspelled_served_record_is_an_error_naming_it(store, text):
+    # A crash mid-write on a store without atomic renames, or a hand edit: the message names the
+    # record's URI; the record is left as it was for the operator to mend.
+    store.write_text("acme/serving/served.json", text)
+    with pytest.raises(ValueError, match=r"acme/serving/served\.json is not a valid record"):
+        served_policy(store, "acme")
+    assert store.read_text("acme/serving/served.json") == text

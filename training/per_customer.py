@@ -123,7 +123,7 @@ def read_manifest(store: ArtifactStore, customer: str, stage: str) -> Checkpoint
     key = checkpoint_manifest_key(customer, stage)
     if not store.exists(key):
         return None
-    return CheckpointManifest.from_dict(json.loads(store.read_text(key)))
+    return store.read_record(key, CheckpointManifest.from_dict)
 
 
 def write_manifest(store: ArtifactStore, manifest: CheckpointManifest) -> None:
@@ -465,7 +465,7 @@ class RerankerCheckpoint:
 
 def read_reranker(store: ArtifactStore, customer: str) -> RerankerCheckpoint | None:
     key = reranker_manifest_key(customer)
-    return RerankerCheckpoint.from_dict(json.loads(store.read_text(key))) if store.exists(key) else None
+    return store.read_record(key, RerankerCheckpoint.from_dict) if store.exists(key) else None
 
 
 def local_reranker(store: ArtifactStore, checkpoint: RerankerCheckpoint) -> Path:
