@@ -16,10 +16,11 @@ from typing import Any
 from agent.harness import Harness, HarnessConfig
 from agent.policies import MODEL_PREFIXES, checkpoint_options, harness_for, load_policy
 from agent.policy_base import Policy
+from agent.policy_spec import PolicySpec
 from search.backend import SearchBackend
 
 
-def open_harness(spec: str | Policy, backend: SearchBackend, *, profile_spec: str | None = None,
+def open_harness(spec: str | PolicySpec | Policy, backend: SearchBackend, *, profile_spec: str | PolicySpec | None = None,
                  model_options: dict[str, Any] | None = None, config: HarnessConfig | None = None,
                  **overrides: Any) -> Harness:
     """A harness running `spec` over `backend`.
@@ -31,9 +32,10 @@ def open_harness(spec: str | Policy, backend: SearchBackend, *, profile_spec: st
     vLLM-served adapter is reached as `openai:URL#NAME`; its profile is in its sidecar).
     `model_options` (e.g. `max_new_tokens`) go to model-backed policies only: they bound what a
     model may cost without changing the scripted ones. `overrides` are harness settings."""
-    if not isinstance(spec, str):
+    if not isinstance(spec, (str, PolicySpec)):
         base = config or HarnessConfig()
         return Harness(backend, spec, HarnessConfig(**{**base.model_dump(), **overrides}) if overrides else base)
+    spec = PolicySpec.of(spec)
     config = harness_for(profile_spec or spec, **overrides)
-    options = dict(model_options or {}) if spec.startswith(MODEL_PREFIXES) else {}
+    options = dict(model_options or {}) if spec.policy.startswith(MODEL_PREFIXES) else {}
     return Harness(backend, load_policy(spec, **checkpoint_options(spec, config, options)), config)

@@ -4,9 +4,12 @@ A spec is how a person, a customer file, a report or the served record names a p
 `POLICY[@N][+rerank]`, where POLICY is a single-shot baseline (`bm25`, `dense`, `hybrid`), the
 scripted `heuristic`, `openai:URL#MODEL` or `transformers:PATH` (a model folder, `smollm2`, a
 LoRA adapter folder whose base is in its sidecar, or `BASE+ADAPTER`); `@N` runs N rollouts merged
-by RRF and `+rerank` rebuilds the final ranking by selection with a reranker. Strings stay the
-format on disk and at the CLI; code that needs to know what a spec means asks a `PolicySpec`
-(and its `AdapterRef`), so the grammar, including the two meanings of `+`, lives here only.
+by RRF and `+rerank` rebuilds the final ranking by selection with a reranker. Strings are the
+format at the edges: the CLI, the customer file, report keys and records on disk. Between stages
+a spec travels as a `PolicySpec` (training's checkpoints to the benchmark's candidates, the served
+record to the search service and the teacher), parsed once where it enters; code that needs to
+know what a spec means asks it (and its `AdapterRef`), so the grammar, including the two meanings
+of `+`, lives here only. Functions that also serve the edges take either form (`PolicySpec.of`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,17 @@ class PolicySpec:
     policy: str  # without the @N and +rerank suffixes
     n: int = 1
     rerank: bool = False  # selection by the reranker over what the policy surfaced
+
+    @classmethod
+    def of(cls, value: str | PolicySpec) -> PolicySpec:
+        """`value` as a spec: parsed when it is the string form (a CLI argument, a customer file's
+        list, a report key), as is when a stage already handed over the object."""
+        return value if isinstance(value, PolicySpec) else cls.parse(value)
+
+    @classmethod
+    def for_adapter(cls, folder: str | Path) -> PolicySpec:
+        """The spec of a LoRA adapter folder (a training checkpoint): `transformers:FOLDER`."""
+        return cls.parse(f"transformers:{folder}")
 
     @classmethod
     def parse(cls, text: str) -> PolicySpec:

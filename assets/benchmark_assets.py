@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from agent.policy_spec import PolicySpec
 from assets.index_assets import open_index
 from assets.metadata import benchmark_numbers
 from assets.partitions import customers_partitions
@@ -27,7 +28,7 @@ def _checkpoint_labels(artifacts, customer: str) -> dict[str, str]:
     for stage in CHECKPOINT_STAGES:
         manifest = read_manifest(artifacts, customer, stage)
         if manifest is not None:
-            labels[f"transformers:{local_adapter(artifacts, manifest)}"] = stage
+            labels[PolicySpec.for_adapter(local_adapter(artifacts, manifest)).name] = stage
     return labels
 
 
@@ -57,7 +58,7 @@ def benchmark_report(
             reranker,
         )
         push_folder(artifacts, out, benchmark_prefix(name))
-        metadata: dict = {"candidates": candidates, "suites": sorted(result.reports)}
+        metadata: dict = {"candidates": [spec.name for spec in candidates], "suites": sorted(result.reports)}
         # SUITE/CANDIDATE/METRIC as numbers, so the UI plots each across materializations.
         metadata.update(benchmark_numbers(result.reports, _checkpoint_labels(artifacts, name)))
         for suite, report in result.reports.items():

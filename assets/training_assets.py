@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from agent.adapter_sidecar import read_sidecar
+from agent.policy_spec import PolicySpec
 from assets.index_assets import open_index
 from assets.metadata import training_numbers
 from assets.partitions import customers_partitions
@@ -132,7 +133,7 @@ def sft_trajectories(
     tasks = _train_split(name, store, settings.teacher.max_tasks)
     served = load_served(store.get(), name)
     teacher = teacher_policy(config, settings.teacher, max_docs=student_harness(settings).max_output_docs,
-                             llm=policy_llm.for_customer(config), served=served.policy if served else None)
+                             llm=policy_llm.for_customer(config), served=PolicySpec.parse(served.policy) if served else None)
     reranker = customer_reranker(store.get(), name) if teacher.selects else None
     if teacher.selects and reranker is None:
         raise ValueError(f"customer {name!r}: the teacher {teacher.description} selects with the customer's reranker, and there "

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from agent.policy_spec import PolicySpec
 from evaluation.aggregate import summarize_scores
 from evaluation.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from evaluation.candidates import build_candidate, split_candidates
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 def run_benchmark(
     tasks: Sequence[Task],
     backend: SearchBackend,
-    policies: Sequence[str] | str,
+    policies: Sequence[str | PolicySpec] | str,
     k: int,
     out_dir: str | Path,
     *,
@@ -93,7 +94,7 @@ def run_benchmark(
 
 def run_bench_command(
     tasks_file: str | Path,
-    policies: list[str] | str,
+    policies: Sequence[str | PolicySpec] | str,
     k: int,
     out_dir: str | Path,
     limit: int | None = None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agent.policy_spec import PolicySpec
@@ -34,10 +35,11 @@ class Runnable(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-def split_candidates(text: str | list[str]) -> list[PolicySpec]:
-    """A comma-separated list (or a list) of specs; duplicates are an error (report keys clash)."""
+def split_candidates(text: str | Sequence[str | PolicySpec]) -> list[PolicySpec]:
+    """A comma-separated list (the CLI's), or a list of specs or their string forms; duplicates are
+    an error (report keys clash)."""
     items = text.split(",") if isinstance(text, str) else list(text)
-    specs = [PolicySpec.parse(item) for item in items if item.strip()]
+    specs = [PolicySpec.of(item) for item in items if not isinstance(item, str) or item.strip()]
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from agent.policy_spec import RERANK_SUFFIX, PolicySpec
 from core.benchmark_settings import BenchmarkSettings
 from evaluation.bench import run_bench_command, run_benchmark
 from evaluation.synth_tasks import tasks_from_synth
@@ -19,12 +20,16 @@ from search.backend import SearchBackend
 from search.reranker import Reranker
 
 
-def benchmark_candidates(settings: BenchmarkSettings, checkpoints: list[str], has_reranker: bool = False) -> list[str]:
+def benchmark_candidates(settings: BenchmarkSettings, checkpoints: list[PolicySpec], has_reranker: bool = False) -> list[PolicySpec]:
     """The configured policies plus the training checkpoints (`all`, or the `latest` one), and
-    with a reranker the `rerank` policies as `POLICY+rerank`; no repeats."""
+    with a reranker the `rerank` policies as `POLICY+rerank`; no repeats (by name, the report key)."""
     chosen = checkpoints[-1:] if settings.checkpoints == "latest" else checkpoints
-    reranked = [f"{policy}+rerank" for policy in settings.rerank] if has_reranker else []
-    return list(dict.fromkeys(settings.policies + reranked + chosen))
+    reranked = [f"{policy}{RERANK_SUFFIX}" for policy in settings.rerank] if has_reranker else []
+    specs = [PolicySpec.parse(text) for text in settings.policies + reranked] + list(chosen)
+    unique: dict[str, PolicySpec] = {}
+    for spec in specs:
+        unique.setdefault(spec.name, spec)
+    return list(unique.values())
 
 
 @dataclass
@@ -38,7 +43,7 @@ def run_customer_benchmark(
     chunks: pl.DataFrame,
     backend: SearchBackend,
     settings: BenchmarkSettings,
-    candidates: list[str],
+    candidates: list[PolicySpec],
     out_dir: Path,
     base_dir: Path,
     reranker: Reranker | None = None,

@@ -116,10 +116,11 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
     from serving.per_customer import customer_reranker
     from serving.search import PolicyFailed, run_search
 
+    spec = PolicySpec.parse(policy_spec)  # the CLI's edge: a bad spec fails before the index opens
     index, _ = open_index(customer)
-    reranker = customer_reranker(resources().store.get(), customer) if PolicySpec.parse(policy_spec).rerank else None
+    reranker = customer_reranker(resources().store.get(), customer) if spec.rerank else None
     try:
-        response = run_search(index, question, policy_spec, k, parallel, reranker=reranker)
+        response = run_search(index, question, spec, k, parallel, reranker=reranker)
     except PolicyFailed as error:  # an unreachable endpoint is an error, never an empty answer
         raise CliError(f"{error}; check that the endpoint is up and serves the model") from None
     saved = {"saved": str(write_jsonl(response.trajectories, save))} if save else {}

@@ -275,9 +275,9 @@ def create_app(
     keys: ApiKeyStore,
     known_customers: Callable[[], set[str]],
     open_index: Callable[[str], HybridIndex],
-    policy_for: Callable[[str], str] = lambda customer: "heuristic",
+    policy_for: Callable[[str], str | PolicySpec] = lambda customer: "heuristic",
     limits: ApiLimits = ApiLimits(),
-    profile_for: Callable[[str], str | None] = lambda customer: None,
+    profile_for: Callable[[str], str | PolicySpec | None] = lambda customer: None,
     reranker_for: Callable[[str], Reranker | None] = lambda customer: None,
 ) -> Starlette:
     """`profile_for(customer)`: the served checkpoint's spec, whose harness profile a policy reached
@@ -298,18 +298,18 @@ def create_app(
             raise _ApiError(403, "forbidden", f"this key may not search customer {customer!r}")
         if customer not in known_customers():
             raise _ApiError(404, "unknown_customer", f"no customer named {customer!r}")
-        policy = policy_for(customer)
+        policy = PolicySpec.of(policy_for(customer))
         try:
             index = indexes.get(customer)
         except (LookupError, FileNotFoundError) as error:
             raise IndexUnavailable(str(error)) from error
         try:
-            reranker = reranker_for(customer) if PolicySpec.parse(policy).rerank else None
+            reranker = reranker_for(customer) if policy.rerank else None
             response = run_search(index, query, policy, k, profile_spec=profile_for(customer), reranker=reranker)
         except PolicyFailed as error:
             raise _ApiError(502, "policy_failed", "the customer's search policy failed; see the service log") from error
         trajectory = trajectory_payload(response.trajectories[0]) if with_trajectory and response.trajectories else None
-        return SearchResult(customer=customer, policy=policy, documents=response.documents, summary=response.summary, trajectory=trajectory)
+        return SearchResult(customer=customer, policy=policy.name, documents=response.documents, summary=response.summary, trajectory=trajectory)
 
     async def search(request: Request) -> JSONResponse:
         log = _log_fields(request)
@@ -493,11 +493,11 @@ def serve_api(
     *,
     known_customers: Callable[[], set[str]],
     open_index: Callable[[str], HybridIndex],
-    policy_for: Callable[[str], str] = lambda customer: "heuristic",
+    policy_for: Callable[[str], str | PolicySpec] = lambda customer: "heuristic",
     keys: ApiKeyStore | None = None,
     limits: ApiLimits = ApiLimits(),
     log_level: str = "info",
-    profile_for: Callable[[str], str | None] = lambda customer: None,
+    profile_for: Callable[[str], str | PolicySpec | None] = lambda customer: None,
     reranker_for: Callable[[str], Reranker | None] = lambda customer: None,
 ) -> None:
     """Serve until interrupted (`searchsmith api --host H --port P`); request logs go to stderr as JSON lines."""

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.policy_spec import RERANK_SUFFIX
+from agent.policy_spec import RERANK_SUFFIX, PolicySpec
 from core.layout import benchmark_summary_key, serving_manifest_key
 from core.serving_settings import ServingSettings
 from core.storage import ArtifactStore
@@ -131,18 +131,18 @@ def current_serving(store: ArtifactStore, customer: str) -> ServingOutcome:
     return ServingOutcome(False, reason, served, load_manifest(store, customer), None, action="status")
 
 
-def served_policy(store: ArtifactStore, customer: str) -> str:
+def served_policy(store: ArtifactStore, customer: str) -> PolicySpec:
     """The spec the search service runs: the vLLM-served adapter when the manifest places it on
     a server, the promoted spec in-process otherwise, the heuristic when nothing is served."""
     served = load_served(store, customer)
     if served is None:
-        return NOTHING_SERVED_POLICY
+        return PolicySpec.parse(NOTHING_SERVED_POLICY)
     _bring_adapter_here(store, served)
     manifest = load_manifest(store, customer)
     if manifest is not None and manifest.policy == served.policy:
         selection = RERANK_SUFFIX if served.policy.endswith(RERANK_SUFFIX) and manifest.server_url else ""
-        return manifest.policy_spec() + selection
-    return served.policy
+        return PolicySpec.parse(manifest.policy_spec() + selection)
+    return PolicySpec.parse(served.policy)
 
 
 def customer_reranker(store: ArtifactStore, customer: str) -> Reranker | None:
@@ -155,14 +155,14 @@ def customer_reranker(store: ArtifactStore, customer: str) -> Reranker | None:
     return Reranker.load(local_reranker(store, checkpoint)) if checkpoint is not None else None
 
 
-def served_checkpoint(store: ArtifactStore, customer: str) -> str | None:
+def served_checkpoint(store: ArtifactStore, customer: str) -> PolicySpec | None:
     """The promoted spec itself (`transformers:ADAPTER` for a checkpoint), whichever way the service
     reaches it: its adapter's sidecar holds the harness profile the service must run it under."""
     served = load_served(store, customer)
     if served is None:
         return None
     _bring_adapter_here(store, served)
-    return served.policy
+    return PolicySpec.parse(served.policy)
 
 
 def _bring_adapter_here(store: ArtifactStore, served: ServedRecord) -> None:

@@ -50,8 +50,8 @@ def _documents(ranking: list[RankedDocument], index: HybridIndex, k: int) -> lis
     return documents
 
 
-def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic", k: int = 10, parallel: int = 1, seed: int = 0,
-               profile_spec: str | None = None, reranker: Reranker | None = None) -> SearchResponse:
+def run_search(index: HybridIndex, question: str, policy_spec: str | PolicySpec = "heuristic", k: int = 10, parallel: int = 1,
+               seed: int = 0, profile_spec: str | PolicySpec | None = None, reranker: Reranker | None = None) -> SearchResponse:
     """`profile_spec`: the checkpoint whose harness profile to run under when `policy_spec` does not
     say it (a vLLM-served adapter is reached as `openai:URL#NAME`; its profile is in its sidecar).
     `reranker`: the customer's, required by a `POLICY+rerank` spec."""
@@ -59,12 +59,12 @@ def run_search(index: HybridIndex, question: str, policy_spec: str = "heuristic"
         raise ValueError("the question is empty")
     if k < 1 or parallel < 1:
         raise ValueError("k and parallel must be at least 1")
-    requested = PolicySpec.parse(policy_spec)
+    requested = PolicySpec.of(policy_spec)
     rerank, policy_spec = requested.rerank, requested.without_selection().name
     if rerank and reranker is None:
         raise ValueError(f"policy {requested.name!r} selects with the customer's reranker, and the customer "
                          "has none yet: materialize reranker_checkpoint (searchsmith finetune CUSTOMER --stage reranker)")
-    profile_spec = PolicySpec.parse(profile_spec).without_selection().name if profile_spec else None
+    profile_spec = PolicySpec.of(profile_spec).without_selection() if profile_spec else None
     try:
         harness = open_harness(policy_spec, index, profile_spec=profile_spec, max_output_docs=k)
     except ValueError as error:  # the served policy cannot run here (e.g. a local model without torch)

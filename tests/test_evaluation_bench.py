@@ -137,8 +137,15 @@ def test_benchmark_candidates_add_all_checkpoints_or_only_the_latest():
     from core.benchmark_settings import BenchmarkSettings
     from evaluation.per_customer import benchmark_candidates
 
-    checkpoints = ["transformers:/m/sft", "transformers:/m/cispo"]
-    assert benchmark_candidates(BenchmarkSettings(policies=["hybrid", "heuristic"]), checkpoints) == ["hybrid", "heuristic", *checkpoints]
+    from agent.policy_spec import PolicySpec
+
+    def names(specs):
+        return [spec.name for spec in specs]
+
+    checkpoints = [PolicySpec.for_adapter("/m/sft"), PolicySpec.for_adapter("/m/cispo")]
+    both = benchmark_candidates(BenchmarkSettings(policies=["hybrid", "heuristic"]), checkpoints)
+    assert names(both) == ["hybrid", "heuristic", "transformers:/m/sft", "transformers:/m/cispo"]
+    assert both[-1].adapter().folder == "/m/cispo" and both[0].is_baseline
     latest = BenchmarkSettings(policies=["hybrid", "transformers:/m/cispo"], checkpoints="latest")
-    assert benchmark_candidates(latest, checkpoints) == ["hybrid", "transformers:/m/cispo"]
-    assert benchmark_candidates(latest, []) == ["hybrid", "transformers:/m/cispo"]
+    assert names(benchmark_candidates(latest, checkpoints)) == ["hybrid", "transformers:/m/cispo"]
+    assert names(benchmark_candidates(latest, [])) == ["hybrid", "transformers:/m/cispo"]

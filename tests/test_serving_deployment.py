@@ -37,7 +37,7 @@ def _report(store, test: dict) -> None:
 
 
 def test_nothing_served_means_the_heuristic(store):
-    assert served_policy(store, "acme") == "heuristic"
+    assert served_policy(store, "acme").name == "heuristic"
     assert current_serving(store, "acme").to_dict()["served"]["policy"] == "heuristic"
 
 
@@ -50,7 +50,7 @@ def test_a_promotion_is_persisted_deployed_and_served_in_process_without_a_vllm_
     assert record.adapter.path == adapter and record.adapter.base_model == "smollm2"
     manifest = load_manifest(store, "acme")
     assert manifest.server_url is None and manifest.adapter_name.startswith("acme-") and manifest.tool_call_parser == "hermes"
-    assert served_policy(store, "acme") == f"transformers:{adapter}"
+    assert served_policy(store, "acme").name == f"transformers:{adapter}"
     payload = outcome.to_dict()
     assert payload["promoted"] and payload["served"]["adapter_path"] == adapter and payload["served"]["metrics"]["test"]["answer_found"] == 0.6
 
@@ -72,12 +72,12 @@ def test_rollback_redeploys_the_previous_record_then_the_heuristic_then_refuses(
     promote_best(store, "acme", SETTINGS)
     _report(store, {"heuristic": m(0.5), f"transformers:{first}": m(0.6), f"transformers:{second}": m(0.7)})
     assert promote_best(store, "acme", SETTINGS).promoted
-    assert served_policy(store, "acme") == f"transformers:{second}"
+    assert served_policy(store, "acme").name == f"transformers:{second}"
     back = rollback_served(store, "acme", SETTINGS)
     assert back.served.policy == f"transformers:{first}" and "rolled back" in back.reason
-    assert load_manifest(store, "acme").adapter.path == first and served_policy(store, "acme") == f"transformers:{first}"
+    assert load_manifest(store, "acme").adapter.path == first and served_policy(store, "acme").name == f"transformers:{first}"
     rollback_served(store, "acme", SETTINGS)
-    assert served_policy(store, "acme") == "heuristic" and load_manifest(store, "acme") is None
+    assert served_policy(store, "acme").name == "heuristic" and load_manifest(store, "acme") is None
     with pytest.raises(NothingToRollBack):
         rollback_served(store, "acme", SETTINGS)
 
@@ -114,7 +114,7 @@ def test_a_machine_that_did_not_train_the_promoted_checkpoint_pulls_it_from_the_
     for name in ("adapter_config.json", "adapter_model.safetensors", "searchsmith_adapter.json"):
         (folder / name).unlink()
     folder.rmdir()
-    assert served_checkpoint(store, "acme") == f"transformers:{folder}"
+    assert served_checkpoint(store, "acme").name == f"transformers:{folder}"
     assert (folder / "adapter_model.safetensors").read_bytes() == b"weights"
     assert json.loads((folder / "searchsmith_adapter.json").read_text())["harness_profile"] == {"view": "compact"}
 

@@ -13,6 +13,7 @@ import pytest
 
 from agent.harness import Harness, HarnessConfig
 from agent.policies import load_policy
+from agent.policy_spec import PolicySpec
 from core.layout import kept_trajectories_key
 from core.storage import LocalArtifactStore
 from core.training_settings import TrainingSettings
@@ -43,7 +44,7 @@ def test_auto_teacher_is_the_customer_endpoint_when_configured_else_the_heuristi
     from llm.client import LLMClient
 
     endpoint = TeacherEndpoint(base_url="http://127.0.0.1:9/v1", model="teacher-1", timeout_s=5.0, concurrency=3)
-    teacher = teacher_policy(_customer(teacher=endpoint), settings, served="heuristic+rerank")
+    teacher = teacher_policy(_customer(teacher=endpoint), settings, served=PolicySpec.parse("heuristic+rerank"))
     assert "teacher-1" in teacher.policy.name and "127.0.0.1:9" in teacher.description and not teacher.selects
     client = teacher.policy.client()  # the endpoint's limits hold for the teacher as a policy too
     assert (client.timeout_s, client.max_retries, client.concurrency) == (5.0, endpoint.max_retries, 3)
@@ -55,10 +56,10 @@ def test_auto_teacher_is_the_customer_endpoint_when_configured_else_the_heuristi
 
 def test_the_offline_teacher_is_the_heuristic_with_selection_once_the_gate_served_it():
     settings = TrainingSettings().teacher
-    won = teacher_policy(_customer(), settings, served="heuristic+rerank")
+    won = teacher_policy(_customer(), settings, served=PolicySpec.parse("heuristic+rerank"))
     assert won.policy.name == "heuristic" and won.selects and "heuristic+rerank" in won.description
     for served in (None, "heuristic", "heuristic@4+rerank", "transformers:/models/acme/sft/abc+rerank", "transformers:/models/acme/sft/abc"):
-        teacher = teacher_policy(_customer(), settings, served=served)
+        teacher = teacher_policy(_customer(), settings, served=PolicySpec.parse(served) if served else None)
         assert teacher.policy.name == "heuristic" and not teacher.selects, served  # a checkpoint never teaches its successor
     explicit = teacher_policy(_customer(), settings.model_copy(update={"policy": "heuristic+rerank"}), max_docs=5)
     assert explicit.selects and explicit.policy.max_docs == 5
@@ -151,7 +152,7 @@ def test_a_worker_without_the_adapter_folder_pulls_it_from_the_store(trained):
     shutil.move(manifest.adapter.path, moved)
     try:
         specs = checkpoint_policies(trained.store, "acme")
-        assert specs == [f"transformers:{trained.sft.adapter.path}", f"transformers:{manifest.adapter.path}"]
+        assert [spec.name for spec in specs] == [f"transformers:{trained.sft.adapter.path}", f"transformers:{manifest.adapter.path}"]
         assert json.loads((Path(manifest.adapter.path) / "adapter_config.json").read_text())["r"] == 4
     finally:
         shutil.rmtree(manifest.adapter.path, ignore_errors=True)

@@ -35,6 +35,7 @@ from typing import Any
 
 from agent.harness import HarnessConfig
 from agent.policy_base import Policy
+from agent.policy_spec import PolicySpec
 from agent.trajectory import Trajectory
 from core.adapter_record import AdapterRecord, lift_flat_fields
 from core.base_models import profile_for
@@ -145,13 +146,14 @@ def checkpoint_adapters(store: ArtifactStore, customer: str) -> list[AdapterReco
     return [manifest.adapter for manifest in manifests if manifest is not None]
 
 
-def checkpoint_policies(store: ArtifactStore, customer: str) -> list[str]:
-    """`transformers:ADAPTER` specs of every stage that has produced a checkpoint, SFT first."""
+def checkpoint_policies(store: ArtifactStore, customer: str) -> list[PolicySpec]:
+    """The specs (`transformers:ADAPTER`) of every stage that has produced a checkpoint, SFT first,
+    each adapter on this machine (pulled from the store when another worker trained it)."""
     specs = []
     for stage in CHECKPOINT_STAGES:
         manifest = read_manifest(store, customer, stage)
         if manifest is not None:
-            specs.append(f"transformers:{local_adapter(store, manifest)}")
+            specs.append(PolicySpec.for_adapter(local_adapter(store, manifest)))
     return specs
 
 
@@ -185,7 +187,7 @@ class Teacher:
 
 
 def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None = None, llm: LLMClient | None = None,
-                   served: str | None = None) -> Teacher:
+                   served: PolicySpec | None = None) -> Teacher:
     """`policy: teacher` uses the customer's `teacher:` endpoint (tool calling); `auto` uses it when
     configured, else the best scripted policy the promotion gate has measured: `served` (the
     customer's served spec) when it is the heuristic with selection (`heuristic+rerank` won on the
@@ -196,7 +198,6 @@ def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None 
     `llm`: the endpoint's client when the caller holds one (the Dagster resource's), so its
     limits and counters apply; otherwise one is built from the `teacher:` section."""
     from agent.policies import load_policy
-    from agent.policy_spec import PolicySpec
 
     spec = settings.policy
     scripted = {"max_docs": max_docs} if max_docs is not None else {}
@@ -211,7 +212,7 @@ def teacher_policy(config: Any, settings: TeacherSettings, max_docs: int | None 
                             timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries, concurrency=endpoint.concurrency)
         return Teacher(OpenAIPolicy.over(llm), f"{endpoint.model} at {endpoint.base_url}")
     if spec == "auto":
-        winner = PolicySpec.parse(served) if served else None
+        winner = served
         if winner is not None and winner.rerank and winner.n == 1 and winner.policy.startswith("heuristic"):
             return Teacher(load_policy(winner.policy, **scripted), f"{winner.name} (served: the promotion gate's pick on the test split)",
                            selects=True)

@@ -29,9 +29,9 @@ _REQUIRES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def load_policy(spec: str, **options: Any) -> Policy:
+def load_policy(spec: str | PolicySpec, **options: Any) -> Policy:
     """Build the policy named by `spec`; options go to its constructor."""
-    spec = spec.strip()
+    spec = PolicySpec.of(spec).name
     if spec == "heuristic" or spec.startswith("heuristic:"):
         from agent.policies.heuristic import HeuristicPolicy
 
@@ -56,16 +56,16 @@ def load_policy(spec: str, **options: Any) -> Policy:
 __all__ = ["MODEL_PREFIXES", "checkpoint_options", "checkpoint_profile", "checkpoint_training", "harness_for", "load_policy"]
 
 
-def checkpoint_profile(spec: str) -> dict[str, Any] | None:
+def checkpoint_profile(spec: str | PolicySpec) -> dict[str, Any] | None:
     """The harness profile a checkpoint was trained under (from its adapter's sidecar), or None
     for policies that have none (baselines, the heuristic, endpoints, plain model folders)."""
-    adapter = PolicySpec.parse(spec).adapter()
+    adapter = PolicySpec.of(spec).adapter()
     if adapter is None or not adapter.readable:
         return None
     return adapter.sidecar().get("harness_profile") or None
 
 
-def harness_for(spec: str, **overrides: Any):
+def harness_for(spec: str | PolicySpec, **overrides: Any):
     """The `HarnessConfig` to run `spec` under: its checkpoint's profile when it has one (what it
     learned to work in), then `overrides` (the caller's k, a benchmark's turn cap)."""
     from agent.harness import HarnessConfig
@@ -73,7 +73,7 @@ def harness_for(spec: str, **overrides: Any):
     return HarnessConfig.from_profile(checkpoint_profile(spec), **overrides)
 
 
-def checkpoint_options(spec: str, config: Any, options: dict[str, Any] | None = None) -> dict[str, Any]:
+def checkpoint_options(spec: str | PolicySpec, config: Any, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Policy options for running `spec` under `config`: a checkpoint may write replies as long as
     its profile's reply reserve unless `options` cap them (other policies get `options` as given)."""
     options = dict(options or {})
@@ -88,11 +88,11 @@ SMOKE_SFT_TOKENS = 150_000
 SMOKE_RL_STEPS = 20
 
 
-def checkpoint_training(spec: str) -> str | None:
+def checkpoint_training(spec: str | PolicySpec) -> str | None:
     """How much training a checkpoint had, in words, for tables that compare it (None: not ours)."""
     if checkpoint_profile(spec) is None:
         return None
-    sidecar = PolicySpec.parse(spec).adapter().sidecar()
+    sidecar = PolicySpec.of(spec).adapter().sidecar()
     if sidecar.get("kind") == "sft":
         metrics = sidecar.get("metrics") or {}
         tokens, steps = int(metrics.get("tokens") or 0), metrics.get("steps")
