@@ -34,10 +34,6 @@ class AdapterRecord(BaseModel):
     store_key: str | None = None  # the artifact-store prefix it was published under (ends with /)
     base_model: str | None = None  # as the customer spells it (`smollm2`) or a model folder
 
-    @property
-    def policy(self) -> str:
-        return f"transformers:{self.path}"
-
     def local_folder(self, store: ArtifactStore | None = None) -> Path:
         """The adapter's folder on this machine, pulled from the artifact store when it is not here.
 

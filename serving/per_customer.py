@@ -87,7 +87,7 @@ def deploy(store: ArtifactStore, record: ServedRecord | None, customer: str, set
         if manifest.adapter_name not in loaded:
             # vLLM reads the folder from its own disk: on a single host (or a shared volume) this
             # brings it there when another worker trained it; a separate vLLM host pulls it itself
-            # (`searchsmith vllm` plans from the served records).
+            # (`serving.vllm_server.plan_servers(records, store)`).
             folder = record.adapter.local_folder(store)
             seconds = client.load_adapter(manifest.adapter_name, str(folder))
             LOG.info("loaded %s into %s in %.2fs", manifest.adapter_name, url, seconds)

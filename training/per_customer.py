@@ -104,7 +104,7 @@ class CheckpointManifest:
 
     @property
     def policy(self) -> str:
-        return self.adapter.policy
+        return PolicySpec.for_adapter(self.adapter.path).name
 
     def to_dict(self) -> dict[str, Any]:
         return {
