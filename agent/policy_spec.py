@@ -93,6 +93,11 @@ class PolicySpec:
     def is_baseline(self) -> bool:
         return self.policy in BASELINES
 
+    @property
+    def generates_in_process(self) -> bool:
+        """A local model (`transformers:...`) whose turns this process generates, batched."""
+        return self.policy.partition(":")[0] == "transformers"
+
     def without_selection(self) -> PolicySpec:
         return PolicySpec(self.name.removesuffix(RERANK_SUFFIX) if self.rerank else self.name, self.policy, self.n)
 

@@ -63,6 +63,7 @@ def test_report_has_the_contract_keys_and_sane_values(bench_run):
     assert config["k"] == 5 and config["n_tasks"] == SLICE and config["embedding_model"]
     assert config["candidates"]["heuristic"]["kind"] == "agent"
     assert config["candidates"]["heuristic"]["harness"]["max_output_docs"] == 5
+    assert config["candidates"]["heuristic"]["workers"] == 4  # as the caller said
 
 
 @pytest.mark.slow
@@ -103,6 +104,19 @@ def test_gold_is_paragraph_level(slice_file):
         expected = {paragraph_doc_id(p["title"], p["text"]) for p in record.paragraphs if p["is_supporting"]}
         assert task.gold.doc_ids == expected
         assert task.gold.answer_doc_ids <= task.gold.doc_ids
+
+
+def test_an_in_process_model_runs_as_many_episodes_at_once_as_a_generation_batch_holds(monkeypatch):
+    from evaluation.bench import episode_workers
+    from evaluation.runner import default_workers
+
+    monkeypatch.setenv("SEARCHSMITH_GENERATION_BATCH", "16")
+    assert episode_workers(PolicySpec.parse("transformers:/models/demo/sft/adapter")) == 16
+    assert episode_workers(PolicySpec.parse("transformers:smollm2@2+rerank")) == 16
+    monkeypatch.setenv("SEARCHSMITH_GENERATION_BATCH", "1")  # batching off: the index-bound default
+    assert episode_workers(PolicySpec.parse("transformers:smollm2")) == default_workers()
+    for name in ("heuristic", "hybrid", "heuristic@4", "openai:http://127.0.0.1:9/v1#m"):
+        assert episode_workers(PolicySpec.parse(name)) == default_workers()
 
 
 def test_candidate_specs():

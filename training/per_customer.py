@@ -517,9 +517,9 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     pairs = training_pairs(train, chunks, backend, settings)
     out = models_dir(home, customer, "reranker", run_id)
     run = train_reranker(pairs, settings, out)
-    figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k),
-               "start": dev_recall(Reranker.load(base), dev, chunks, backend, settings.eval_depth, k),
-               "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k)}
+    figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k, label="hybrid"),
+               "start": dev_recall(Reranker.load(base), dev, chunks, backend, settings.eval_depth, k, label="start"),
+               "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k, label="trained")}
     selection = _calibrate_selection(out, dev, chunks, backend, k)
     checkpoint = RerankerCheckpoint(customer, run_id, str(out.resolve()), adapter_prefix(customer, "reranker", run_id), base,
                                     {**run.as_dict(), "train_tasks": len(train)}, figures, selection)

@@ -128,12 +128,12 @@ def _progress_callback() -> Any:
 
 
 def dev_recall(reranker: Reranker | None, tasks: Sequence[Any], chunks: Any, backend: SearchBackend, depth: int, k: int,
-               progress: Progress | None = None) -> dict[str, float]:
+               progress: Progress | None = None, label: str | None = None) -> dict[str, float]:
     """Recall of gold documents in the top `k` of hybrid's top `depth` documents per task,
     reordered by `reranker` (None: hybrid's own order), and the mean reciprocal rank of the
     first gold document; scoring pairs/s is reported for the reranker."""
     recalls, reciprocal, pairs, seconds = [], [], 0, 0.0
-    progress = progress or Progress(LOG, f"reranker dev check ({'trained' if reranker else 'hybrid'})", len(tasks))
+    progress = progress or Progress(LOG, f"reranker dev check ({label or ('reranked' if reranker else 'hybrid')})", len(tasks))
     for bench in tasks_from_synth(tasks, chunks):
         hits = backend.search(bench.question, k=depth * 4)
         docs: dict[str, list[str]] = {}
