@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from core.model_loading import MODEL_LOAD_LOCK
 from search.embedding_window import DEFAULT_EMBEDDING_MODEL, embedding_model_info
 
 DEFAULT_BATCH_SIZE = 32  # measured faster than 128 on 2 CPU cores for this model
 
 _MODEL_CACHE: dict[tuple[str, str], Any] = {}
-_MODEL_LOCK = threading.Lock()
+_MODEL_LOCK = MODEL_LOAD_LOCK  # core.model_loading
 
 
 class TextEmbedder(Protocol):

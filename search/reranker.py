@@ -13,13 +13,13 @@ mean nothing until it is trained). Nothing is downloaded; a model is loaded once
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from core.model_loading import MODEL_LOAD_LOCK
 from search.embedding_window import default_embedding_model_path
 
 MAX_LENGTH = 256  # word pieces per (question, chunk) pair: MiniLM's window
@@ -30,7 +30,7 @@ SELECTION_FILE = "searchsmith_selection.json"
 START_SEED = 0  # the untrained start's head is drawn with this seed, so "untrained" is one model
 
 _CACHE: dict[tuple[str, str], Any] = {}
-_LOCK = threading.Lock()
+_LOCK = MODEL_LOAD_LOCK  # the cache and the load: one process-wide lock (core.model_loading)
 
 
 def pair_text(title: str | None, text: str) -> str:

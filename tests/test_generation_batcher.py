@@ -112,6 +112,29 @@ def test_a_failing_batch_raises_in_every_waiting_thread(tiny_dir, monkeypatch):
                 future.result(timeout=60)
 
 
+def test_the_next_batch_waits_for_the_turns_the_last_batch_will_send(tiny_dir):
+    """Episodes come back from their tool calls at different times: with a slow last batch the
+    next one waits (a share of that time) for as many turns as it held; with a fast one it does not."""
+    import time
+
+    from agent.policies.transformers_policy import TransformersPolicy
+
+    lm = TransformersPolicy(str(tiny_dir), max_new_tokens=2, dtype="float32").loaded()
+    batcher = GenerationBatcher(lm.model, pad_token_id=lm.pad_token_id, eos_token_ids=lm.eos_token_ids,
+                                lock=threading.Lock(), max_batch=4)
+
+    def staggered(delay: float) -> GreedyTurn:
+        time.sleep(delay)
+        return batcher.generate([1, 2, 3, 4], 2)
+
+    for last_seconds, expected in ((10.0, [3]), (0.0, [1, 1, 1])):
+        batcher.batch_sizes, batcher.last_batch_seconds = [3], last_seconds
+        assert batcher.gather_seconds() == (1.0 if last_seconds else 0.02)
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(staggered, [0.0, 0.4, 0.8]))
+        assert batcher.batch_sizes[1:] == expected
+
+
 def test_batch_size_setting_is_validated(monkeypatch):
     from agent.policies.transformers_policy import generation_batch_size
 

@@ -36,6 +36,7 @@ from agent.policies.runaway import RunawayStop
 from agent.policies.tool_parsing import distinct_calls, parse_reply
 from agent.policy_base import Message, PolicyStep
 from core.base_models import profile_for
+from core.model_loading import MODEL_LOAD_LOCK
 
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct")
 
@@ -67,7 +68,7 @@ class LoadedModel:
 _CACHE: dict[tuple[str, str | None, str, str], LoadedModel] = {}
 _TOKENIZERS: dict[str, Any] = {}
 _CACHE_LOCK = threading.Lock()
-_LOAD_LOCK = threading.Lock()
+_LOAD_LOCK = MODEL_LOAD_LOCK  # core.model_loading
 
 
 def resolve_model_dir(model_path_or_dir: str | Path) -> Path:
