@@ -98,9 +98,9 @@ def episode_workers(spec: PolicySpec) -> int:
     """How many of a candidate's episodes run at once when the caller did not say.
 
     An in-process model's episodes all wait on one generation batcher, so running fewer of them
-    than a batch holds leaves rows of every batch empty: on 2 cores the default 4 workers ran the
-    demo's 6 test questions as a batch of 4 and then a tail of 2, about 4 minutes where one batch
-    of 6 takes about 2.5. Other candidates are bound by the index and the CPU: the default."""
+    than a batch holds leaves rows of every batch empty: with the default 4 workers on 2 cores
+    the demo's 6 test questions ran as a batch of 4 and then a tail of 2 that started when the
+    first episodes ended. Other candidates are bound by the index and the CPU: the default."""
     if spec.generates_in_process:
         from agent.policies.transformers_policy import generation_batch_size
 

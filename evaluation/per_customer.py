@@ -6,10 +6,7 @@ file lists (each pooled and indexed on its own, cached by the file's hash).
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,34 +48,29 @@ def run_customer_benchmark(
     base_dir: Path,
     reranker: Reranker | None = None,
 ) -> CustomerBenchmark:
-    """The suites run at the same time, each its candidates in order: a checkpoint's episodes of
-    every suite then share its generation batches (one model per process), which on the demo's 2
-    cores ran the test split's and the external file's checkpoint episodes in about the time of the
-    longer suite instead of the sum of both; the baselines are index-bound and short."""
-    suites: dict[str, Callable[[], dict[str, Any]]] = {}
+    result = CustomerBenchmark()
     test_tasks = [task for task in tasks if task.split == "test" and task.passed_verification]
     if settings.test_limit:
         test_tasks = test_tasks[: settings.test_limit]
     if test_tasks:
-        suites["test"] = partial(
-            run_benchmark, tasks_from_synth(test_tasks, chunks), backend, candidates, settings.k, out_dir / "test", progress=False,
-            workers=settings.workers, config={"suite": "verified test split", "tasks": len(test_tasks), "model_options": settings.model_options},
+        suite_dir = out_dir / "test"
+        result.reports["test"] = run_benchmark(
+            tasks_from_synth(test_tasks, chunks), backend, candidates, settings.k, suite_dir, progress=False, workers=settings.workers,
+            config={"suite": "verified test split", "tasks": len(test_tasks), "model_options": settings.model_options},
             harness_overrides=settings.harness, model_options=settings.model_options, reranker=reranker,
         )
+        result.plots["test"] = sorted(suite_dir.glob("*.png"))
     for external in settings.external:
         path = Path(external) if Path(external).is_absolute() else (base_dir / external).resolve()
         if not path.exists():
             raise FileNotFoundError(f"benchmark file listed in the customer file not found: {path}")
-        suites[path.stem] = partial(
-            run_bench_command, path, candidates, settings.k, out_dir / path.stem, settings.external_limit, progress=False,
-            workers=settings.workers, harness_overrides=settings.harness, model_options=settings.model_options, reranker=reranker,
+        suite = path.stem
+        suite_dir = out_dir / suite
+        result.reports[suite] = run_bench_command(
+            path, candidates, settings.k, suite_dir, settings.external_limit, progress=False, workers=settings.workers,
+            harness_overrides=settings.harness, model_options=settings.model_options, reranker=reranker,
         )
-    result = CustomerBenchmark()
-    with ThreadPoolExecutor(max(1, len(suites)), thread_name_prefix="benchmark-suite") as pool:
-        running = {suite: pool.submit(run) for suite, run in suites.items()}
-        for suite, future in running.items():
-            result.reports[suite] = future.result()
-            result.plots[suite] = sorted((out_dir / suite).glob("*.png"))
+        result.plots[suite] = sorted(suite_dir.glob("*.png"))
     return result
 
 
