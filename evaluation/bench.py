@@ -60,11 +60,9 @@ def run_benchmark(
     summaries: dict[str, dict[str, Any]] = {}
     candidates_config: dict[str, Any] = {}
     files: dict[str, Any] = {"trajectories": {}, "scores": {}}
-    chosen_workers = workers
-    workers = workers or default_workers()
     for spec in specs:
         candidate = build_candidate(spec, backend, k, harness_overrides, model_options, reranker)
-        concurrent = chosen_workers or episode_workers(spec)
+        concurrent = workers or episode_workers(spec)
         started = time.perf_counter()
         try:
             results = run_candidate(candidate, tasks, k, workers=concurrent, progress=progress, seed=seed, granularity=granularity)
@@ -86,7 +84,7 @@ def run_benchmark(
         "config": {
             **(config or {}),
             "k": k, "n_tasks": len(tasks), "seed": seed, "bootstrap_resamples": resamples, "granularity": granularity,
-            "workers": workers, "candidates": candidates_config,
+            "workers": workers or default_workers(), "candidates": candidates_config,
             "created_at": datetime.now(timezone.utc).isoformat(), "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
         },
         "files": files,

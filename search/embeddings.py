@@ -30,7 +30,6 @@ from search.embedding_window import DEFAULT_EMBEDDING_MODEL, embedding_model_inf
 DEFAULT_BATCH_SIZE = 32  # measured faster than 128 on 2 CPU cores for this model
 
 _MODEL_CACHE: dict[tuple[str, str], Any] = {}
-_MODEL_LOCK = MODEL_LOAD_LOCK  # core.model_loading
 
 
 class TextEmbedder(Protocol):
@@ -62,7 +61,7 @@ def load_sentence_transformer(path: str | Path, device: str | None = None):
     model = _MODEL_CACHE.get(key)
     if model is not None:
         return model
-    with _MODEL_LOCK:
+    with MODEL_LOAD_LOCK:
         model = _MODEL_CACHE.get(key)
         if model is None:
             from sentence_transformers import SentenceTransformer
@@ -92,7 +91,7 @@ def load_numpy_encoder(path: str | Path, max_seq_length: int):
     from search.numpy_encoder import NumpyBertEncoder
 
     key = (str(Path(path).resolve()), f"numpy:{max_seq_length}")
-    with _MODEL_LOCK:
+    with MODEL_LOAD_LOCK:
         encoder = _MODEL_CACHE.get(key)
         if encoder is None:
             encoder = _MODEL_CACHE[key] = NumpyBertEncoder(Path(key[0]), max_seq_length)

@@ -30,7 +30,6 @@ SELECTION_FILE = "searchsmith_selection.json"
 START_SEED = 0  # the untrained start's head is drawn with this seed, so "untrained" is one model
 
 _CACHE: dict[tuple[str, str], Any] = {}
-_LOCK = MODEL_LOAD_LOCK  # the cache and the load: one process-wide lock (core.model_loading)
 
 
 def pair_text(title: str | None, text: str) -> str:
@@ -73,7 +72,7 @@ def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = 
     if backend not in ("torch", "numpy"):
         raise ValueError(f"reranker backend {backend!r}: use torch, numpy or auto")
     key = (str(folder), device if backend == "torch" else f"numpy:{max_length}")
-    with _LOCK:
+    with MODEL_LOAD_LOCK:
         if key not in _CACHE and backend == "numpy":
             from search.numpy_encoder import NumpyCrossEncoder
 

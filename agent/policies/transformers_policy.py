@@ -68,7 +68,6 @@ class LoadedModel:
 _CACHE: dict[tuple[str, str | None, str, str], LoadedModel] = {}
 _TOKENIZERS: dict[str, Any] = {}
 _CACHE_LOCK = threading.Lock()
-_LOAD_LOCK = MODEL_LOAD_LOCK  # core.model_loading
 
 
 def resolve_model_dir(model_path_or_dir: str | Path) -> Path:
@@ -111,7 +110,7 @@ def load_model(
     # One load at a time: transformers builds models on the meta device under process-wide
     # patches, so two threads loading at once (a benchmark's first episodes) can leave one
     # model with meta tensors; the loser of the race also reuses the winner's copy.
-    with _LOAD_LOCK:
+    with MODEL_LOAD_LOCK:
         with _CACHE_LOCK:
             if key in _CACHE:
                 return _CACHE[key]
