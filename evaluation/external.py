@@ -25,6 +25,7 @@ from typing import Any
 
 import polars as pl
 
+from core.file_lock import exclusive_file_lock
 from corpus.chunk_sync import CHUNK_SCHEMA, ChunkerSettings
 from corpus.chunking import chunk_document
 from evaluation.answers import answer_doc_ids
@@ -201,18 +202,19 @@ def load_external_benchmark(
     ready_path = cache_dir / f"{_slug(embedder.name)}-{_READY}"
     index = HybridIndex(persistent_client(cache_dir / "chroma"), f"bench-{sha[:12]}", embedder, bm25_dir=cache_dir / f"bm25-{_slug(embedder.name)}")
     built = False
-    if ready_path.exists() and chunks_path.exists():
-        chunks = pl.read_parquet(chunks_path)
-        index.load(chunks)
-    else:
-        documents = pooled_documents(records)
-        chunks = chunk_pooled(documents, embedding_model)
-        log.info("indexing %d paragraphs (%d chunks) of %s into %s", documents.height, chunks.height, path.name, cache_dir)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        index.build_or_update(chunks)
-        chunks.write_parquet(chunks_path)
-        ready_path.write_text(json.dumps({"file": str(path), "sha256": sha, "collection": index.name, "chunks": chunks.height}))
-        built = True
+    # One process builds a file's index; another run over the same file waits, then loads it.
+    with exclusive_file_lock(cache_dir / f"{_slug(embedder.name)}.lock"):
+        if ready_path.exists() and chunks_path.exists():
+            chunks = pl.read_parquet(chunks_path)
+            index.load(chunks)
+        else:
+            documents = pooled_documents(records)
+            chunks = chunk_pooled(documents, embedding_model)
+            log.info("indexing %d paragraphs (%d chunks) of %s into %s", documents.height, chunks.height, path.name, cache_dir)
+            index.build_or_update(chunks)
+            chunks.write_parquet(chunks_path)
+            ready_path.write_text(json.dumps({"file": str(path), "sha256": sha, "collection": index.name, "chunks": chunks.height}))
+            built = True
     tasks = tasks_from_records(records[:limit] if limit else records)
     return ExternalBenchmark(
         path=path, sha256=sha, tasks=tasks, index=index, n_documents=chunks.get_column("doc_id").n_unique(),

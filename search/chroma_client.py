@@ -9,11 +9,15 @@ Telemetry is always off (offline machines, and no customer metadata leaves the p
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 CHROMA_MODES = ("embedded", "http", "cloud")
+# Chroma caches one system per folder in a process-wide dict that two threads opening the same
+# folder at once race on (a KeyError from `SharedSystemClient`); opening takes turns.
+_OPEN_LOCK = threading.Lock()
 
 
 def _settings():
@@ -28,7 +32,8 @@ def persistent_client(path: str | Path):
 
     path = Path(path).expanduser()
     path.mkdir(parents=True, exist_ok=True)
-    return chromadb.PersistentClient(path=str(path), settings=_settings())
+    with _OPEN_LOCK:
+        return chromadb.PersistentClient(path=str(path), settings=_settings())
 
 
 def http_client(host: str = "127.0.0.1", port: int = 8000, ssl: bool = False, headers: dict[str, str] | None = None):

@@ -15,7 +15,6 @@ without a restart.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
@@ -29,6 +28,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
+
+from core.file_lock import exclusive_file_lock
 
 KEY_PREFIX = "ssk"
 CUSTOMER_NAME = re.compile(r"^[a-z0-9-]+$")
@@ -121,16 +122,10 @@ class ApiKeyStore:
     @contextmanager
     def _exclusive(self) -> Iterator[dict[str, ApiKeyRecord]]:
         """Read-modify-write under an advisory lock, so two `keys create` never lose a key."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                records = dict(self._read())
-                yield records
-                self._write(records)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with exclusive_file_lock(self.path.with_name(self.path.name + ".lock")):
+            records = dict(self._read())
+            yield records
+            self._write(records)
 
     # -- operations ----------------------------------------------------------------------------
 

@@ -163,3 +163,22 @@ def test_benchmark_candidates_add_all_checkpoints_or_only_the_latest():
     latest = BenchmarkSettings(policies=["hybrid", "transformers:/m/cispo"], checkpoints="latest")
     assert names(benchmark_candidates(latest, checkpoints)) == ["hybrid", "transformers:/m/cispo"]
     assert names(benchmark_candidates(latest, [])) == ["hybrid", "transformers:/m/cispo"]
+
+
+def test_two_runs_over_one_file_build_its_index_once(tmp_path):
+    """Two benchmarks started together over the same file (two shells, a bench beside the demo)
+    must not both embed its corpus into the same cached Chroma folder: one builds, the other
+    waits on the cache's lock and loads what the first built."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evaluation.external import load_external_benchmark
+
+    lines = [line for line in SAMPLE_FILE.read_text(encoding="utf-8").splitlines() if line.strip()][:3]
+    path = tmp_path / "three.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    with ThreadPoolExecutor(2) as pool:
+        loaded = list(pool.map(lambda _: load_external_benchmark(path, cache_root=cache), range(2)))
+    assert sorted(benchmark.built for benchmark in loaded) == [False, True]
+    assert loaded[0].n_chunks == loaded[1].n_chunks > 0
+    assert [h.chunk_id for h in loaded[0].index.search("football", k=3)] == [h.chunk_id for h in loaded[1].index.search("football", k=3)]

@@ -1,0 +1,28 @@
+"""An advisory lock on a file, held across processes, for read-modify-write and build-once work.
+
+Why: two processes that share a Searchsmith home (two `searchsmith bench` runs, `keys create`
+from two shells) otherwise both do the same paid work or lose each other's writes: two
+benchmarks over one dev file both embedded its 5,600 chunks into the same Chroma folder. The
+second process waits on the lock and then finds the first one's result. `fcntl.flock` is
+released by the kernel when the holder dies, so a crashed builder never leaves a stale lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def exclusive_file_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created, with its folder, when absent) for the block."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
