@@ -31,7 +31,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.harness import HarnessConfig
 from agent.policy_base import Policy
@@ -53,6 +53,10 @@ from core.storage import ArtifactStore, pull_folder, push_folder
 from core.training_settings import CispoConfig, RerankerSettings, TeacherSettings, TrainingSettings
 from llm.client import LLMClient
 from search.backend import SearchBackend
+
+if TYPE_CHECKING:  # the trainers are imported where they run (below), not when this module is
+    from training.cispo_trainer import CispoResult
+    from training.sft import SFTResult
 
 LOG = logging.getLogger(__name__)
 
@@ -344,10 +348,16 @@ def train_sft_checkpoint(
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
                      lineage={"customer": customer, "run_id": run_id, **continued}, harness_profile=profile, init_adapter=init_adapter)
     lineage = {"trajectories": len(trajectories), **continued}
-    adapter = AdapterRecord(path=str(Path(result.adapter_path).resolve()), store_key=adapter_prefix(customer, "sft", run_id),
-                            base_model=result.base_model)
-    manifest = _publish(store, CheckpointManifest("sft", customer, run_id, adapter, result.steps, result.metrics, lineage=lineage))
+    manifest = _publish(store, CheckpointManifest("sft", customer, run_id, _trained_adapter(result, customer, "sft", run_id),
+                                                  result.steps, result.metrics, lineage=lineage))
     return manifest, result.loss_curve
+
+
+def _trained_adapter(result: SFTResult | CispoResult, customer: str, stage: str, run_id: str) -> AdapterRecord:
+    """The record of the adapter a trainer (SFT or CISPO) just wrote: its folder, the store key
+    it is published under, its base model."""
+    return AdapterRecord(path=str(Path(result.adapter_path).resolve()), store_key=adapter_prefix(customer, stage, run_id),
+                         base_model=str(result.base_model))
 
 
 def _reusable_run(store: ArtifactStore, customer: str, stage: str, run_id: str) -> CheckpointManifest | None:
@@ -421,10 +431,8 @@ def train_cispo_checkpoint(
     lineage = {"init_adapter": str(init_path) if init_path else None, "init_run_id": init.run_id if init else None,
                "tasks": len(bench_tasks), "resumed_from": result.resumed_from,
                "checkpoints": [str(p) for p in result.checkpoints]}
-    adapter = AdapterRecord(path=str(Path(result.adapter_path).resolve()), store_key=adapter_prefix(customer, "cispo", run_id),
-                            base_model=str(result.base_model))
-    manifest = _publish(store, CheckpointManifest("cispo", customer, run_id, adapter, result.steps, _jsonable(result.metrics),
-                                                  lineage=lineage))
+    manifest = _publish(store, CheckpointManifest("cispo", customer, run_id, _trained_adapter(result, customer, "cispo", run_id),
+                                                  result.steps, _jsonable(result.metrics), lineage=lineage))
     return manifest, result.history
 
 
