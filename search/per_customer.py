@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from core.config import EmbeddingConfig
+from core.file_lock import exclusive_file_lock
 from core.layout import bm25_prefix, chunks_key
 from core.storage import ArtifactStore, pull_folder, push_folder
 from search.embeddings import TextEmbedder, make_embedder
@@ -51,6 +52,7 @@ def open_customer_index(customer: str, store: ArtifactStore, client, embedder: T
     """
     chunks = store.read_parquet(chunks_key(customer))
     bm25_dir = cache_dir / customer / "bm25"
-    if not bm25_dir.exists():
-        pull_folder(store, bm25_prefix(customer), bm25_dir)
+    with exclusive_file_lock(cache_dir / customer / "bm25.lock"):  # service workers start together
+        if not bm25_dir.exists():
+            pull_folder(store, bm25_prefix(customer), bm25_dir)
     return HybridIndex(client, customer, embedder, bm25_dir=bm25_dir).load(chunks)

@@ -263,6 +263,29 @@ def test_build_then_incremental_update_embeds_only_changes(client, tmp_path, chu
     assert all(hit.doc_id != gone for hit in index.search_bm25(changed.row(0, named=True)["title"], k=50))
 
 
+def test_service_workers_opening_one_customer_together_each_get_the_whole_bm25_copy(client, tmp_path, chunks, records):
+    """Search-service workers start together and each pulls the customer's BM25 copy into the
+    shared index cache; the pulls take turns (one writes, the others find it there), so no
+    worker reads a copy another is still writing or removes one another is renaming."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from core.layout import chunks_key
+    from core.storage import LocalArtifactStore
+    from search.per_customer import build_customer_index, open_customer_index
+
+    store = LocalArtifactStore(tmp_path / "store")
+    store.write_parquet(chunks_key("acme"), chunks)
+    built = build_customer_index("acme", store, client, HashEmbedder(), tmp_path / "pipeline-cache")
+    for start in range(3):  # a few fresh caches: a race shows in some starts, not every one
+        cache = tmp_path / f"worker-cache-{start}"
+        with ThreadPoolExecutor(8) as pool:
+            opened = list(pool.map(lambda _: open_customer_index("acme", store, client, HashEmbedder(), cache), range(8)))
+        for question in questions(records[:3]):
+            expected = [hit.chunk_id for hit in built.index.search_bm25(question, k=5)]
+            assert expected and all([hit.chunk_id for hit in index.search_bm25(question, k=5)] == expected for index in opened)
+        assert not (cache / "acme" / "bm25.pull").exists()
+
+
 def test_small_write_batches_and_duplicate_rows(client, tmp_path, chunks):
     index = make_index(client, tmp_path, write_batch=60, embed_block=100, read_batch=100)
     doubled = pl.concat([chunks, chunks.head(3)])
