@@ -92,7 +92,9 @@ def merge_nx(name: str, question: str, task_id: str | None, seed: int, result: A
         stop_reason="nx:" + ",".join(r.stop_reason for r in rollouts),
         wall_s=wall_s, peak_tokens=max((r.peak_tokens for r in rollouts), default=0),
         total_prompt_tokens=sum(r.total_prompt_tokens for r in rollouts), chunk_docs=chunk_docs,
-        metadata={"rollout_ids": [r.id for r in rollouts], "rollout_errors": errors, "rrf_scores": dict(result.scores)},
+        # Each rollout's own answer, so what the merge kept or lost can be measured (bench/nx_ceiling.py).
+        metadata={"rollout_ids": [r.id for r in rollouts], "rollout_errors": errors, "rrf_scores": dict(result.scores),
+                  "rollout_rankings": [r.output_doc_ids() for r in rollouts]},
     )
 
 

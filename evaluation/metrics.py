@@ -94,7 +94,8 @@ def f_beta(precision: float, recall: float, beta: float) -> float:
     return (1 + b2) * precision * recall / (b2 * precision + recall)
 
 
-def _answer_found(returned: set[str], gold: Gold) -> float:
+def answer_found_in(returned: set[str], gold: Gold) -> float:
+    """1 when `returned` holds a document with the answer (all gold documents when no single one has it)."""
     if gold.answer_needs_all_gold:
         return float(bool(gold.doc_ids) and gold.doc_ids <= returned)
     return float(bool(gold.answer_doc_ids & returned))
@@ -150,7 +151,7 @@ def score_trajectory(trajectory: Trajectory, gold: Gold, k: int | None = None, g
     turns = len(trajectory.turns)
     tool_calls = len(trajectory.tool_call_records())
     return TaskScore(
-        answer_found=_answer_found(set(returned), gold),
+        answer_found=answer_found_in(set(returned), gold),
         recall=recall,
         precision=precision,
         f1=f_beta(precision, recall, 1.0),

@@ -182,3 +182,27 @@ def test_two_runs_over_one_file_build_its_index_once(tmp_path):
     assert sorted(benchmark.built for benchmark in loaded) == [False, True]
     assert loaded[0].n_chunks == loaded[1].n_chunks > 0
     assert [h.chunk_id for h in loaded[0].index.search("football", k=3)] == [h.chunk_id for h in loaded[1].index.search("football", k=3)]
+
+
+@pytest.mark.slow
+def test_nx_ceiling_reads_every_rollouts_answer_from_a_bench_run(bench_run, slice_file, tmp_path, capsys):
+    """An Nx candidate's saved trajectories keep each rollout's own ranking, and
+    `bench/nx_ceiling.py` scores them: the best rollout per question is never below the first,
+    and the union of the rollouts' top k never recalls less than the first rollout alone."""
+    import importlib.util
+
+    _, _, cache = bench_run
+    run_bench_command(slice_file, ["heuristic@2"], k=5, out_dir=tmp_path, limit=6, progress=False, cache_root=cache)
+    spec = importlib.util.spec_from_file_location("nx_ceiling", REPO / "bench" / "nx_ceiling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    capsys.readouterr()
+    assert module.main(["--run", str(tmp_path)]) == 0
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line}
+    first_found, first_recall = (cell.split()[0] for cell in rows["first rollout (the 1x policy)"])
+    oracle = rows["best rollout per question (oracle)"][0].split()[0]
+    union_recall = rows["union of the rollouts' top 5"][1].strip()
+    assert float(oracle) >= float(first_found)
+    assert float(union_recall) >= float(first_recall) > 0
+    with pytest.raises(SystemExit, match="no Nx candidate"):
+        module.main(["--run", str(tmp_path), "--policy", "heuristic"])

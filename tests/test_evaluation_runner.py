@@ -173,5 +173,6 @@ def test_nx_merge_is_one_trajectory_with_every_rollout():
     assert merged.output_doc_ids() == ["B", "A"]
     assert (len(merged.turns), merged.total_prompt_tokens, merged.peak_tokens) == (4, 600, 200)
     assert merged.metadata["rollout_ids"] == [r.id for r in rollouts] and merged.error is None
+    assert merged.metadata["rollout_rankings"] == [["A"], ["B"]]
     score = score_trajectory(merged, Gold(doc_ids=frozenset({"A", "G", "H"}), answer_doc_ids=frozenset({"H"})), k=5)
     assert score.trajectory_recall == 1.0 and score.recall == pytest.approx(1 / 3) and score.prune_accuracy == 0.0
