@@ -10,9 +10,12 @@ released by the kernel when the holder dies, so a crashed builder never leaves a
 from __future__ import annotations
 
 import fcntl
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+LOG = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -21,7 +24,11 @@ def exclusive_file_lock(path: str | Path) -> Iterator[None]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # say why nothing happens for a while (an index build takes minutes)
+            LOG.info("waiting for %s: another process holds it", path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
