@@ -34,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.external import read_records, tasks_from_records
     from evaluation.metrics import answer_found_in
 
-    report = json.loads((args.run / "report.json").read_text())
+    report_path = args.run / "report.json"
+    if not report_path.is_file():
+        raise SystemExit(f"{report_path}: not found; --run takes the --out folder of a `searchsmith bench` or bench_dev.py run")
+    report = json.loads(report_path.read_text())
     config = report["config"]
     nx = [name for name, candidate in config["candidates"].items() if candidate.get("n", 1) > 1]
     policy = args.policy or (nx[0] if nx else None)

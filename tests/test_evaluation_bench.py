@@ -206,3 +206,5 @@ def test_nx_ceiling_reads_every_rollouts_answer_from_a_bench_run(bench_run, slic
     assert float(union_recall) >= float(first_recall) > 0
     with pytest.raises(SystemExit, match="no Nx candidate"):
         module.main(["--run", str(tmp_path), "--policy", "heuristic"])
+    with pytest.raises(SystemExit, match="report.json: not found"):
+        module.main(["--run", str(tmp_path / "absent")])
