@@ -134,15 +134,35 @@ def _stop(process: subprocess.Popen | None, first: int = signal.SIGTERM) -> None
             continue
 
 
-def _wait(predicate, timeout: float, what: str, logs: dict[str, Path], step: float = 0.5):
+def _wait(predicate, timeout: float, what: str, logs: dict[str, Path], step: float = 0.5, state=None):
+    """Poll `predicate`; on timeout fail with `state()` (what the runs are doing) and the logs'
+    tails, the daemon's without its once-a-second queue lines."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(step)
-    tails = "\n".join(f"--- {name} ---\n{log_tail(path, 30)}" for name, path in logs.items())
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
+    tails = "\n".join(f"--- {name} ---\n{_informative_tail(path)}" for name, path in logs.items())
+    described = f"{state()}\n" if state else ""
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{described}{tails}")
+
+
+def _informative_tail(path: Path, lines: int = 30) -> str:
+    kept = [line for line in log_tail(path, 2000).splitlines() if "Priority sorting and checking tag concurrency" not in line]
+    return "\n".join(kept[-lines:])
+
+
+def _unfinished_runs(instance) -> str:
+    """Each resync not yet ended: its customer, status and its last events."""
+    described = []
+    for run in _runs(instance, "corpus_resync"):
+        if run.dagster_run.status.value in ("SUCCESS", "FAILURE", "CANCELED"):
+            continue
+        events = [f"    {e.dagster_event.event_type_value if e.dagster_event else 'log'}: {e.message[:200]}"
+                  for e in instance.all_logs(run.dagster_run.run_id)[-6:]]
+        described.append(f"{run.dagster_run.run_id} {_customer(run)} {run.dagster_run.status.value}\n" + "\n".join(events))
+    return "--- unfinished resyncs ---\n" + ("\n".join(described) or "(none)")
 
 
 def _runs(instance, job: str):
@@ -306,13 +326,21 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, sites: dict, monkeypatch
     _stop_sensors(instance, resync_sensors)
     mark("two resyncs per customer scheduled; resync sensor stopped")
 
-    # Kill the daemon while the changed customer's first resync runs and its second waits in the queue.
+    # Kill the daemon while the changed customer's first resync runs and its second waits in the
+    # queue, at a moment the queue cannot be launching anything: no run is between the queue and
+    # its worker (a daemon killed there leaves the run STARTING until run monitoring fails it,
+    # minutes later), and every customer with a queued run has one running, so the per-customer
+    # limit holds the whole queue. Under load the two first resyncs can start seconds apart.
     def running_with_one_queued():
         statuses = _sample(instance, record)
-        mine = [r.dagster_run.run_id for r in _runs(instance, "corpus_resync") if _customer(r) == record.changed_customer]
-        running = [run_id for run_id in mine if statuses.get(run_id) == "STARTED"]
-        queued = [run_id for run_id in mine if statuses.get(run_id) == "QUEUED"]
-        return running[0] if running and queued else None
+        owner = {r.dagster_run.run_id: _customer(r) for r in _runs(instance, "corpus_resync")}
+        if any(status in ("NOT_STARTED", "STARTING") for status in statuses.values()):
+            return None
+        running = {owner.get(run_id): run_id for run_id, status in statuses.items() if status == "STARTED"}
+        waiting = {owner.get(run_id) for run_id, status in statuses.items() if status == "QUEUED"}
+        if record.changed_customer not in waiting or not waiting <= running.keys():
+            return None
+        return running[record.changed_customer]
 
     record.killed_run = _wait(running_with_one_queued, 120, f"a resync of {record.changed_customer} running with another queued", logs)
     _stop(daemon, first=signal.SIGKILL)
@@ -323,7 +351,7 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, sites: dict, monkeypatch
     def killed_run_done():
         return _sample(instance, record).get(record.killed_run) in ("SUCCESS", "FAILURE", "CANCELED")
 
-    _wait(killed_run_done, 180, "the run in progress to finish without the daemon", logs)
+    _wait(killed_run_done, 180, "the run in progress to finish without the daemon", logs, state=lambda: _unfinished_runs(instance))
     mark("the run in progress finished without the daemon")
     time.sleep(3)  # longer than the dequeue interval: a live queue would have started the next run
     final_down = _sample(instance, record)
@@ -342,7 +370,7 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, sites: dict, monkeypatch
         statuses = _sample(instance, record)
         return statuses and all(status in ("SUCCESS", "FAILURE", "CANCELED") for status in statuses.values())
 
-    _wait(resyncs_finished, 240, "every resync to finish", logs)
+    _wait(resyncs_finished, 240, "every resync to finish", logs, state=lambda: _unfinished_runs(instance))
     mark("resyncs finished")
     last_sync = max(r.timestamp for r in instance.fetch_materializations(dg.AssetKey("raw_documents"), limit=100).records)
 
