@@ -27,6 +27,7 @@ from typing import Any
 
 from agent.policies.prefix_cache import PrefixCache, stacked_cache
 from agent.policies.runaway import RunawayStop
+from core.heap_memory import releasing_freed_memory
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_LENGTH_RATIO = 1.5
@@ -144,7 +145,10 @@ class GenerationBatcher:
                 self._pending = [turn for turn in self._pending if turn not in batch]
             started = time.monotonic()
             try:
-                self._run(batch)
+                # Each decode step frees the last step's cache (gigabytes a batch); without the
+                # trims the process keeps those pages and grows with every batch (core.heap_memory).
+                with releasing_freed_memory():
+                    self._run(batch)
             except BaseException as error:  # noqa: BLE001 - handed to the waiting threads
                 for turn in batch:
                     turn.error = error

@@ -36,6 +36,7 @@ from agent.policies.runaway import RunawayStop
 from agent.policies.tool_parsing import distinct_calls, parse_reply
 from agent.policy_base import Message, PolicyStep
 from core.base_models import profile_for
+from core.heap_memory import releasing_freed_memory
 from core.model_loading import MODEL_LOAD_LOCK
 
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct")
@@ -409,7 +410,7 @@ class TransformersPolicy:
         device = next(model.parameters()).device
         stop = [RunawayStop(lm.tokenizer, int(input_ids.shape[1]))] if self.stop_runaway else None
         rng_devices = [device] if device.type == "cuda" else []
-        with lm.lock, torch.random.fork_rng(devices=rng_devices), torch.inference_mode():
+        with lm.lock, torch.random.fork_rng(devices=rng_devices), torch.inference_mode(), releasing_freed_memory():
             torch.manual_seed(seed)
             was_training = model.training
             model.eval()
