@@ -7,9 +7,10 @@ first `--limit` dev questions, once per variant and repeat, each in a fresh chil
 own heap): `ceiling`, as shipped (the generation batcher generates inside `core.heap_memory.
 releasing_freed_memory`, which trims freed pages every 2 s while the process holds more than
 40% of the machine's memory), `always` (trims every 2 s whatever the process holds) and `keep`
-(no trimming, how it ran before). A thread samples the process's VmRSS every second. Prints, per variant, the
-medians of peak and final resident memory, wall time and answer found (the same questions and
-greedy turns, so answer found must not move), and each variant's ratios to `keep`. Asserts nothing.
+(no trimming, how it ran before). A thread samples the process's resident memory every second.
+Prints, per variant, the medians of peak and final resident memory, wall time and answer found
+(the same questions and greedy turns, so answer found must not move), and each variant's ratios
+to `keep`. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -32,14 +33,6 @@ DEV_FILE = REPO.parent / "shared" / "data" / "multihop_dev.jsonl"
 VARIANTS = ("keep", "ceiling", "always")
 
 
-def resident_gb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1e6
-    return 0.0
-
-
 def run_variant(variant: str, adapter: str, limit: int, tasks: Path) -> dict:
     """One benchmark in this process; what it measured."""
     import agent.policies.generation_batcher as batcher
@@ -50,6 +43,9 @@ def run_variant(variant: str, adapter: str, limit: int, tasks: Path) -> dict:
         batcher.releasing_freed_memory = contextlib.nullcontext
     elif variant == "always":
         batcher.releasing_freed_memory = functools.partial(heap_memory.releasing_freed_memory, above_bytes=0)
+    def resident_gb() -> float:
+        return (heap_memory.resident_bytes() or 0) / 1e9
+
     peak = [0.0]
     done = threading.Event()
 
