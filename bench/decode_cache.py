@@ -6,13 +6,13 @@ Why: `DynamicCache` grows every layer's keys and values with `torch.cat` at each
 a step copies the whole cache (for SmolLM2-135M, 8 rows of 5,000 tokens: about 1.8 GB) and frees
 the old one, which is also what fragments the heap (core/heap_memory.py). A layer that writes
 into a buffer sized for prompt + new tokens copies only the new position. Measured at the end
-of stop 29 (idle 2-core AVX2 machine, fp32, batch 8, 2,000-token prompts, 24 steps, median of 3):
+of stop 29 with this script's own prototype (idle 2-core AVX2 machine, fp32, batch 8, 2,000-token prompts, 24 steps, median of 3):
 462 ms per step with DynamicCache, 334 ms preallocated (0.72x), the same tokens.
 
 The model is built from the named model's config with random weights (the arithmetic is the
 same); both variants prefill the same random prompt and decode greedily, interleaved, and the
 script prints the median time per decode step of each, the ratio, and whether the tokens match.
-The preallocated layer here is the measurement's own; the generation code does not use it yet.
+The preallocated cache is the generation code's own (agent/policies/preallocated_cache.py).
 """
 
 from __future__ import annotations
@@ -27,43 +27,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def preallocated_layer_class(capacity: int):
-    from transformers.cache_utils import DynamicLayer
-
-    class PreallocatedLayer(DynamicLayer):
-        """Keys and values in buffers of `capacity` positions, written in place."""
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            import torch
-
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-                rows, heads, _, dim = key_states.shape
-                self.key_buffer = key_states.new_zeros((rows, heads, capacity, dim))
-                self.value_buffer = torch.zeros_like(self.key_buffer)
-                self.length = 0
-            added = key_states.shape[-2]
-            self.key_buffer[:, :, self.length : self.length + added] = key_states
-            self.value_buffer[:, :, self.length : self.length + added] = value_states
-            self.length += added
-            self.keys = self.key_buffer[:, :, : self.length]
-            self.values = self.value_buffer[:, :, : self.length]
-            return self.keys, self.values
-
-        def get_seq_length(self, *args, **kwargs) -> int:
-            return self.length if self.is_initialized else 0
-
-    return PreallocatedLayer
-
-
-def decode(model, prompt, steps: int, layer_class=None) -> tuple[float, list[list[int]]]:
-    """Seconds per greedy decode step after one prefill, and the tokens."""
+def decode(model, prompt, steps: int, capacity: int | None = None) -> tuple[float, list[list[int]]]:
+    """Seconds per greedy decode step after one prefill, and the tokens; `capacity` set: into
+    the generation code's preallocated cache, else transformers' DynamicCache."""
     import torch
     from transformers import DynamicCache
 
-    cache = DynamicCache()
-    if layer_class is not None:
-        cache.layers = [layer_class() for _ in range(model.config.num_hidden_layers)]
+    from agent.policies.preallocated_cache import preallocated_cache
+
+    cache = DynamicCache() if capacity is None else preallocated_cache(capacity)
     with torch.inference_mode():
         out = model(input_ids=prompt, cache=cache, use_cache=True, logits_to_keep=1)
         token = out.logits[:, -1:].argmax(-1)
@@ -96,12 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_config(config).eval()
     prompt = torch.randint(0, config.vocab_size, (args.batch, args.prompt))
-    layer = preallocated_layer_class(args.prompt + args.steps + 1)
     times: dict[str, list[float]] = {"dynamic": [], "preallocated": []}
     tokens: dict[str, list] = {}
     for _ in range(args.repeat):
-        for name, layer_class in (("dynamic", None), ("preallocated", layer)):
-            seconds, tokens[name] = decode(model, prompt, args.steps, layer_class)
+        for name, capacity in (("dynamic", None), ("preallocated", args.prompt + args.steps + 1)):
+            seconds, tokens[name] = decode(model, prompt, args.steps, capacity)
             times[name].append(seconds)
     dynamic, preallocated = statistics.median(times["dynamic"]), statistics.median(times["preallocated"])
     print(f"batch {args.batch}, prompt {args.prompt}, {args.steps} steps, median of {args.repeat}: "

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.policies.prefix_cache import PrefixCache, stacked_cache
+from agent.policies.prefix_cache import PrefixCache
 from agent.policies.runaway import RunawayStop
 from core.heap_memory import releasing_freed_memory
 
@@ -145,8 +145,9 @@ class GenerationBatcher:
                 self._pending = [turn for turn in self._pending if turn not in batch]
             started = time.monotonic()
             try:
-                # Each decode step frees the last step's cache (gigabytes a batch); without the
-                # trims the process keeps those pages and grows with every batch (core.heap_memory).
+                # Prefill of long prompts (and a sliding-window model's growing cache) frees large
+                # blocks the process would otherwise keep; trimmed only above the ceiling
+                # (core.heap_memory), so a machine with room pays nothing.
                 with releasing_freed_memory():
                     self._run(batch)
             except BaseException as error:  # noqa: BLE001 - handed to the waiting threads
@@ -160,6 +161,8 @@ class GenerationBatcher:
     def _run(self, batch: list[GreedyTurn]) -> None:
         import torch
         from transformers import GenerationConfig
+
+        from agent.policies.preallocated_cache import decode_cache, stacked_cache
 
         width = max(len(turn.prompt_ids) for turn in batch)
         rows = [[self.pad_token_id] * (width - len(t.prompt_ids)) + t.prompt_ids for t in batch]
@@ -181,12 +184,15 @@ class GenerationBatcher:
             self.model.eval()
             try:
                 extra: dict[str, Any] = {}
+                capacity = width + config.max_new_tokens
                 if self.prefix_cache is not None and width > 1 and min(len(t.prompt_ids) for t in batch) > 1:
                     # Every row's prompt but its last token comes from the prefix cache; generate
                     # runs the last tokens and decodes, as after a prefill of its own.
                     states = [self.prefix_cache.states(turn.prompt_ids[:-1]) for turn in batch]
                     if all(state is not None for state in states):
-                        extra["cache"] = stacked_cache(states, width - 1)
+                        extra["cache"] = stacked_cache(states, width - 1, capacity)
+                if "cache" not in extra:
+                    extra.update(decode_cache(self.model, capacity))
                 watched = {row for row, turn in enumerate(batch) if turn.stop_runaway}
                 if watched and self.tokenizer is not None:
                     extra["stopping_criteria"] = [RunawayStop(self.tokenizer, width, watched)]

@@ -103,21 +103,3 @@ def sliding_window_reason(config: Any) -> str | None:
     if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
         return f"sliding window of {config.sliding_window} tokens"
     return None
-
-
-def stacked_cache(rows: list[list[tuple[Any, Any]]], width: int) -> Any:
-    """One cache for a left-padded batch: each row's states shifted right to end at `width`
-    (the padding positions hold zeros and are masked out by the attention mask)."""
-    import torch
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    for layer in range(len(rows[0])):
-        keys, values = [], []
-        for states in rows:
-            k, v = states[layer]
-            pad = width - k.shape[2]
-            keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)) if pad else k)
-            values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)) if pad else v)
-        cache.update(torch.cat(keys), torch.cat(values), layer)
-    return cache

@@ -388,6 +388,8 @@ class TransformersPolicy:
         import torch
         from transformers import GenerationConfig
 
+        from agent.policies.preallocated_cache import decode_cache
+
         config = GenerationConfig(
             max_new_tokens=max_new,
             do_sample=True,
@@ -420,6 +422,7 @@ class TransformersPolicy:
                     attention_mask=torch.ones_like(input_ids).to(device),
                     generation_config=config,
                     stopping_criteria=stop,
+                    **decode_cache(model, int(input_ids.shape[1]) + max_new),
                 )
             finally:
                 model.train(was_training)
