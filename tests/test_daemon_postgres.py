@@ -208,9 +208,32 @@ def _start_instigators(instance, port: int, started_ago_s: float) -> list:
     return [resync]
 
 
-def _stop_sensors(instance, sensors) -> None:
-    for sensor in sensors:
-        instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
+def _stop_sensor(instance, sensor, logs: dict[str, Path], timeout: float = 90) -> int:
+    """Stop a sensor so that it stays stopped. The daemon writes a sensor's whole state back at
+    the start and the end of each tick (with the status it read moments before), so a stop that
+    lands inside a tick can be undone: stop 30's CI saw the resync sensor tick on every minute
+    after its stop, and the resyncs it kept queuing never all finished. So stop again until the
+    stored state reads stopped, the last tick has finished, and no tick began after the last
+    stop (one that did may have read the state before it). Returns how many stops it took."""
+    from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
+
+    origin, selector = sensor.get_remote_origin_id(), sensor.selector_id
+    stops: list[float] = []
+
+    def stopped_for_good() -> bool:
+        state = instance.get_instigator_state(origin, selector)
+        ticks = instance.get_ticks(origin, selector, limit=1)
+        last = ticks[0] if ticks else None
+        if (stops and state is not None and state.status == InstigatorStatus.STOPPED
+                and (last is None or (last.status != TickStatus.STARTED and last.timestamp < stops[-1]))):
+            return True
+        stops.append(time.time())
+        instance.stop_sensor(origin, selector, sensor)
+        return False
+
+    _wait(stopped_for_good, timeout, f"{sensor.name} to stay stopped", logs, step=2,
+          state=lambda: f"stopped {len(stops)} time(s); state {instance.get_instigator_state(origin, selector).status}")
+    return len(stops)
 
 
 def _sample(instance, record: Record) -> dict[str, str]:
@@ -323,8 +346,8 @@ def _run_scenario(work: Path, pg, s3, chroma_port: int, sites: dict, monkeypatch
         return all(counts[name] >= RUNS_PER_CUSTOMER for name in CUSTOMERS)
 
     _wait(lambda: _sample(instance, record) is not None and scheduled_enough(), 150, "two scheduled resyncs per customer", logs)
-    _stop_sensors(instance, resync_sensors)
-    mark("two resyncs per customer scheduled; resync sensor stopped")
+    stops = [_stop_sensor(instance, sensor, logs) for sensor in resync_sensors]
+    mark(f"two resyncs per customer scheduled; resync sensor stopped (stops needed: {stops})")
 
     # Kill the daemon while the changed customer's first resync runs and its second waits in the
     # queue, at a moment the queue cannot be launching anything: no run is between the queue and
