@@ -71,8 +71,8 @@ class PreallocatedLayer(DynamicLayer):
             setattr(self, name, grown)
         self.capacity = capacity
 
-    def write(self, key_states: Any, value_states: Any) -> None:
-        """Append positions (the same as `update`, without returning them)."""
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """Append positions in place; returns every filled position (views of the buffers)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         end = self.length + key_states.shape[-2]
@@ -81,9 +81,6 @@ class PreallocatedLayer(DynamicLayer):
         self.value_buffer[:, :, self.length : end] = value_states
         self.length = end
         self._expose()
-
-    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        self.write(key_states, value_states)
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
