@@ -1,7 +1,8 @@
 """The agent harness: one provider-agnostic observe -> infer -> act state machine.
 
 Shared unchanged by distillation (a teacher policy), RL rollouts (the policy being trained,
-soft hints on), evaluation and serving (hints off): whatever differs is configuration
+soft hints on), evaluation and serving (a checkpoint under the profile it was trained in, hints
+included; baselines without): whatever differs is configuration
 (`HarnessConfig`) or the policy, never the loop. Each episode is recorded whole as a
 `Trajectory` (every turn with the exact messages the model saw, every tool call with its result
 ids, pruned ids, token counts and timings).
@@ -53,8 +54,8 @@ TEMPLATE_MARGIN_TOKENS = 256
 
 # The settings a checkpoint is trained under and must run under everywhere (its profile).
 PROFILE_FIELDS = (
-    "view", "token_budget", "soft_threshold", "hard_cutoff", "search_budget_tokens", "search_candidates", "grep_limit",
-    "response_reserve_tokens", "max_turns", "max_output_docs",
+    "view", "token_budget", "soft_threshold", "soft_hint", "hard_cutoff", "search_budget_tokens", "search_candidates",
+    "grep_limit", "response_reserve_tokens", "max_turns", "max_output_docs",
 )
 
 
@@ -80,7 +81,8 @@ class HarnessConfig(HarnessSettings):
 
     @classmethod
     def for_training(cls, **overrides) -> HarnessConfig:
-        """Rollout settings: the soft hint is shown (Context-1 shows it only during training)."""
+        """Rollout settings: the soft hint is shown. Context-1 shows it only during training; here
+        it is part of the profile, so a checkpoint whose samples had it keeps it wherever it runs."""
         return cls(**{"soft_hint": True, **overrides})
 
     @property
@@ -97,6 +99,10 @@ class HarnessConfig(HarnessSettings):
         profile = dict(profile or {})
         recorded = profile.pop("prompt_version", None)
         values = {name: profile[name] for name in PROFILE_FIELDS if name in profile}
+        if values and "soft_hint" not in values:
+            # Profiles recorded before the hint was part of them: every checkpoint was trained on
+            # rollouts of `for_training`, whose observations past the soft threshold carry the hint.
+            values["soft_hint"] = True
         config = cls(**{**values, **overrides})
         if recorded is not None and recorded != config.prompt_version:
             LOG.warning("the checkpoint was trained with prompt version %s; this code renders version %s",

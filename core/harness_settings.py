@@ -20,7 +20,7 @@ class HarnessSettings(BaseModel):
     view: Literal["full", "compact"] = "full"  # compact: [n] references and short chunks, for small models
     token_budget: int = Field(32_768, gt=0)
     soft_threshold: float = Field(0.5, gt=0.0, lt=1.0)  # fraction of the budget
-    soft_hint: bool = False  # on for training rollouts, off for evaluation and serving
+    soft_hint: bool = False  # on for training rollouts and for a checkpoint trained with it (its profile)
     hard_cutoff: float = 0.85  # fraction of the budget in [0.5, 1.0]
     search_budget_tokens: int = Field(2_048, gt=0)  # per search call: T/S = 16 full searches
     search_candidates: int = Field(50, gt=0)  # fused candidates fetched before dedup and cuts

@@ -132,10 +132,34 @@ def test_a_full_window_forces_the_final_answer_instead_of_malformed_replies(tiny
 def test_profile_round_trip_keeps_the_training_settings_and_takes_overrides():
     trained = HarnessConfig.for_training(view="compact", token_budget=4096, search_budget_tokens=384, max_output_docs=5)
     profile = trained.profile()
-    assert profile["prompt_version"] == "compact-1" and "soft_hint" not in profile
+    assert profile["prompt_version"] == "compact-1" and profile["soft_hint"] is True
     again = HarnessConfig.from_profile(profile, max_turns=4)
     assert (again.view, again.token_budget, again.search_budget_tokens, again.max_turns) == ("compact", 4096, 384, 4)
-    assert again.soft_hint is False  # hints are a training-rollout setting, not part of the profile
+    # The samples it learned from ended past the soft threshold with the hint: it runs with it.
+    assert again.soft_hint is True
+    assert HarnessConfig.from_profile(profile, soft_hint=False).soft_hint is False  # a caller may still turn it off
+    assert HarnessConfig.from_profile(None).soft_hint is False  # baselines have no profile and no hint
+
+
+def test_a_profile_recorded_before_the_hint_was_part_of_it_runs_with_the_hint():
+    """Every checkpoint was trained on `for_training` rollouts (hint on) before the profile said
+    so; its sidecar's profile lacks the key, and it must not lose the hint it learned with."""
+    legacy = HarnessConfig.for_training(view="compact", token_budget=4096).profile()
+    del legacy["soft_hint"]
+    assert HarnessConfig.from_profile(legacy).soft_hint is True
+
+
+def test_a_checkpoint_is_shown_the_hint_it_was_trained_with_and_a_baseline_is_not(tiny_index):
+    queries = ["Mara Quell", "Corven River salmon", "Tallis Railway", "Grey Sea Chess Club"]
+    plan = [[("search_corpus", {"query": q}) for q in queries], [("search_corpus", {"query": "Quell Bakery Lisbon"})]]
+    settings = {"view": "compact", "token_budget": 900, "search_budget_tokens": 400, "response_reserve_tokens": 120}
+    trained = HarnessConfig.from_profile(HarnessConfig.for_training(**settings).profile())
+    for config, shown in ((trained, True), (HarnessConfig(**settings), False)):
+        policy = ScriptedPolicy(plan, final="[1]")
+        trajectory = run_episode(tiny_index, policy, "Who is Mara Quell?", config)
+        assert any(turn.hint_shown for turn in trajectory.turns) is shown
+        observations = "\n".join(str(m["content"]) for view in policy.views for m in view[0] if m["role"] == "tool")
+        assert ("more than 50% full" in observations) is shown
 
 
 def test_headers_usage_lines_and_hints_never_push_a_view_past_the_budget(tiny_index):
