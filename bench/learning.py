@@ -1,6 +1,7 @@
 """The learning curve of the recipe on real questions it never trained on.
 
-    .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--out DIR] [--work DIR]
+    .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
+        [--student ADAPTER] [--out DIR] [--work DIR]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
 1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
@@ -19,6 +20,10 @@ It prints one table (answer found and recall with 95% bootstrap intervals, the s
 with a parseable final answer, the share of valid tool calls, mean prompt tokens, wall time) and
 writes `learning.json` and the per-row reports under `--out`. Stages that already ran in `--work`
 are reused by the pipeline itself (same inputs, same adapter), so a rerun resumes.
+
+`--student ADAPTER` skips the corpus, tasks and training and evaluates that adapter folder as the
+SFT row, beside the same hybrid, teacher and base rows: a shipped searcher re-measured under the
+current harness and code.
 
 The SFT adapter of `--size cpu --question-style natural` is the searcher this project ships
 (`training/searchers/smollm2-searcher`, which customer files continue with
@@ -103,7 +108,11 @@ def write_corpus(records_path: Path, folder: Path) -> int:
     return documents.height
 
 
-def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze") -> Path:
+def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze", init_adapter: str | None = None) -> Path:
+    """The learning customer. With `init_adapter` (a packaged searcher's name) SFT continues that
+    adapter, in its own shape, with the data drawn in another order (seed 1): the searcher this
+    project ships was trained by this script with seed 0 on the same tasks, so a continuation with
+    seed 0 would see exactly the samples it has already seen, in the same order."""
     settings = {
         "name": name, "domain": "web", "schedule": "0 3 * * *",
         "sources": [{"type": "local", "path": "./corpus", "include": ["**/*.md"], "exclude": []}],
@@ -125,6 +134,11 @@ def customer_file(work: Path, size: Size, name: str, question_style: str = "cloz
                    "micro_batch_tokens": 4096},
         },
     }
+    if init_adapter is not None:
+        training = settings["training"]
+        del training["lora"]
+        training["init_adapter"] = init_adapter
+        training["sft"]["seed"] = 1
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(settings, indent=2), encoding="utf-8")  # JSON is YAML
     return path
@@ -188,8 +202,14 @@ def model_options(size: Size) -> dict[str, Any]:
 def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
     from evaluation.bench import run_benchmark
 
+    from agent.policies import harness_for
+
     options = model_options(size) if spec.startswith("transformers:") else None
-    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "overrides": overrides, "options": options, "k": K}
+    # The harness the row runs under, as resolved from the checkpoint's profile: a change in how a
+    # profile is read (a setting added to it) must not reuse a row measured under the old reading.
+    harness = harness_for(spec, **(overrides or {})).profile()
+    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "overrides": overrides, "harness": harness,
+           "options": options, "k": K}
     if (row := cached(out / name / "row.json", key)) is not None:
         print(f"  {name}: reused (answer found {row['answer_found']:.3f})", file=sys.stderr)
         return row
@@ -259,9 +279,25 @@ def main() -> None:
     parser.add_argument("--question-style", choices=("cloze", "natural"), default="cloze",
                         help="wording of the offline synthetic questions (synth.extractive); the run's home is "
                              "suffixed with it unless cloze")
+    parser.add_argument("--init-adapter", default=None, metavar="SEARCHER",
+                        help="continue a packaged searcher (training/searchers/NAME) instead of a fresh LoRA: the "
+                             "size's SFT steps are added to what it was trained with; the run's home is suffixed with it")
+    parser.add_argument("--student", type=Path, default=None, metavar="ADAPTER",
+                        help="evaluate this adapter folder (a shipped searcher) as the SFT row instead of training "
+                             "one: no corpus, tasks, training, CISPO or synthetic rows; the run's home is suffixed with it")
     args = parser.parse_args()
     size = SIZES[args.size]
     label = args.size if args.question_style == "cloze" else f"{args.size}-{args.question_style}"
+    if args.init_adapter:
+        label += f"-from-{args.init_adapter}"
+    if args.student:
+        if args.init_adapter:
+            parser.error("--student evaluates an adapter as it is; --init-adapter trains one")
+        args.student = args.student.resolve()
+        if not args.student.is_dir():
+            parser.error(f"--student {args.student}: no such adapter folder")
+        label += f"-student-{args.student.name}"
+        args.skip_rl = args.skip_synth = True
     work = (args.work or REPO / ".searchsmith" / f"learning-{label}").resolve()
     out = (args.out or work / "report").resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -278,34 +314,42 @@ def main() -> None:
     timings: dict[str, float] = {}
     started = time.perf_counter()
 
-    print(f"[{args.size}] corpus, tasks and training in {work}", file=sys.stderr)
     records = dev_file()
-    n_docs = write_corpus(records, work / "customers" / "corpus")
-    customer = customer_file(work / "customers", size, name, args.question_style)
-    stage = time.perf_counter()
-    cli(["customers", "add", str(customer)], env, log)
-    synced = cli(["sync", name], env, log)
-    timings["sync_s"] = time.perf_counter() - stage
-    stage = time.perf_counter()
-    tasks = cli(["tasks", name], env, log)
-    timings["tasks_s"] = time.perf_counter() - stage
-    stage = time.perf_counter()
-    sft = cli(["finetune", name, "--stage", "sft"], env, log)
-    timings["sft_s"] = time.perf_counter() - stage
-    rl = None
-    if not args.skip_rl:
+    n_docs, synced, tasks, rl = None, None, {}, None
+    if args.student:
+        from agent.adapter_sidecar import read_sidecar
+
+        sidecar = read_sidecar(args.student)
+        sft = {"adapter_path": str(args.student), "steps": (sidecar.get("metrics") or {}).get("steps"),
+               "metrics": sidecar.get("metrics")}
+    else:
+        print(f"[{args.size}] corpus, tasks and training in {work}", file=sys.stderr)
+        n_docs = write_corpus(records, work / "customers" / "corpus")
+        customer = customer_file(work / "customers", size, name, args.question_style, args.init_adapter)
         stage = time.perf_counter()
-        rl = cli(["finetune", name, "--stage", "rl"], env, log)
-        timings["rl_s"] = time.perf_counter() - stage
+        cli(["customers", "add", str(customer)], env, log)
+        synced = cli(["sync", name], env, log)
+        timings["sync_s"] = time.perf_counter() - stage
+        stage = time.perf_counter()
+        tasks = cli(["tasks", name], env, log)
+        timings["tasks_s"] = time.perf_counter() - stage
+        stage = time.perf_counter()
+        sft = cli(["finetune", name, "--stage", "sft"], env, log)
+        timings["sft_s"] = time.perf_counter() - stage
+        if not args.skip_rl:
+            stage = time.perf_counter()
+            rl = cli(["finetune", name, "--stage", "rl"], env, log)
+            timings["rl_s"] = time.perf_counter() - stage
 
     print(f"[{args.size}] evaluation on {size.eval_questions} dev questions (k={K})", file=sys.stderr)
-    from agent.policies import checkpoint_profile
+    from agent.policies import harness_for
     from evaluation.external import load_external_benchmark
 
     bench = load_external_benchmark(records, limit=size.eval_questions)
     sft_spec = f"transformers:{sft['adapter_path']}"
     rl_spec = f"transformers:{rl['adapter_path']}" if rl else None
-    profile = {k: v for k, v in (checkpoint_profile(sft_spec) or {}).items() if k != "prompt_version"}
+    # The base model runs under the profile the SFT row runs under (as `harness_for` reads it).
+    profile = {k: v for k, v in harness_for(sft_spec).profile().items() if k != "prompt_version"}
     turn_cap = {"max_turns": PROFILE["max_turns"]}
     stage = time.perf_counter()
     rows = [
@@ -334,13 +378,17 @@ def main() -> None:
         timings["synth_eval_s"] = time.perf_counter() - stage
     timings["total_s"] = time.perf_counter() - started
 
-    result = {"size": args.size, "question_style": args.question_style, "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
-              "corpus_documents": n_docs, "sync": synced, "tasks": {k: tasks.get(k) for k in ("generated", "verified", "by_split", "failed")},
+    result = {"size": args.size, "question_style": args.question_style, "init_adapter": args.init_adapter,
+              "student": str(args.student) if args.student else None, "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
+              "corpus_documents": n_docs, "sync": synced, "tasks": {k: tasks.get(k) for k in ("generated", "verified", "by_split", "failed")} if tasks else None,
               "sft": {"adapter": sft["adapter_path"], "steps": sft["steps"], "metrics": sft["metrics"]},
               "rl": {"adapter": rl["adapter_path"], "steps": rl["steps"], "metrics": rl["metrics"]} if rl else None,
               "rows": rows, "synthetic_test": synth, "timings_s": {k: round(v, 1) for k, v in timings.items()}}
     (out / "learning.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    print(f"\n## Learning benchmark, size {args.size}, {args.question_style} synthetic questions: first {size.eval_questions} questions of {records.name}, k={K}\n")
+    start = f", SFT continuing {args.init_adapter}" if args.init_adapter else ""
+    if args.student:
+        start = f", SFT row: {args.student} as shipped (not trained by this run)"
+    print(f"\n## Learning benchmark, size {args.size}, {args.question_style} synthetic questions{start}: first {size.eval_questions} questions of {records.name}, k={K}\n")
     print(table(rows))
     if synth:
         print("\nHeld-out synthetic test split (mean reward at k=5, beta 2):")
