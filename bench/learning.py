@@ -200,9 +200,8 @@ def model_options(size: Size) -> dict[str, Any]:
 
 
 def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
-    from evaluation.bench import run_benchmark
-
     from agent.policies import harness_for
+    from evaluation.bench import run_benchmark
 
     options = model_options(size) if spec.startswith("transformers:") else None
     # The harness the row runs under, as resolved from the checkpoint's profile: a change in how a
