@@ -17,7 +17,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agent.policies.transformers_policy import cpu_has_native_bf16
+    from core.cpu_precision import cpu_has_native_bf16
     from agent.small_model import ensure_smollm2
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -13,7 +13,8 @@ Two modes:
 
 The machine may be shared: timings are noisy, compare runs made side by side. Never asserts.
 
-    .venv/bin/python bench/sft_bench.py [--models tiny,smollm2] [--seq-len 1024] [--steps 4] [--threads 1,2] [--json]
+    .venv/bin/python bench/sft_bench.py [--models tiny,smollm2] [--seq-len 1024] [--steps 4] [--threads 1,2] \
+        [--precision fp32,bf16] [--runs 3] [--json]
     .venv/bin/python bench/sft_bench.py --mode pipeline --tasks tests/data/multihop_sample.jsonl --limit 12 \
         --max-length 2048 --max-samples 12 --steps 6 [--json]
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,19 +86,44 @@ def run_single(model: str, threads: int, args: argparse.Namespace) -> dict:
 
 
 def synthetic(args: argparse.Namespace) -> list[dict]:
+    """Every (model, threads, precision) configuration `--runs` times, each in a fresh subprocess.
+
+    A row holds the medians of its runs and, for every precision after the first, its
+    tokens/s and peak memory as ratios to the first precision's row of the same model and threads.
+    """
     rows = []
     for model in args.models.split(","):
         for threads in [int(t) for t in args.threads.split(",")]:
-            command = [sys.executable, __file__, "--single", model, "--single-threads", str(threads),
-                       "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--batch", str(args.batch),
-                       "--grad-accum", str(args.grad_accum), "--rank", str(args.rank), "--precision", args.precision]
-            command += ["--checkpointing"] if args.checkpointing else []
-            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-            row = json.loads(lines[-1]) if lines else {"model": model, "threads": threads, "error": done.stderr[-800:]}
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr)
+            baseline = None
+            for precision in args.precision.split(","):
+                runs = [_run_subprocess(model, threads, precision, args) for _ in range(args.runs)]
+                good = [run for run in runs if "tokens_per_s" in run]
+                if not good:
+                    rows.append(runs[-1])
+                    print(json.dumps(runs[-1]), file=sys.stderr)
+                    continue
+                row = {**good[-1], "runs": len(good),
+                       **{key: statistics.median(run[key] for run in good) for key in ("tokens_per_s", "wall_s", "peak_rss_mb")},
+                       "tokens_per_s_runs": [run["tokens_per_s"] for run in good]}
+                if baseline is None:
+                    baseline = row
+                else:
+                    row["speed_vs_" + baseline["precision"]] = round(row["tokens_per_s"] / baseline["tokens_per_s"], 2)
+                    row["memory_vs_" + baseline["precision"]] = round(row["peak_rss_mb"] / baseline["peak_rss_mb"], 2)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr)
     return rows
+
+
+def _run_subprocess(model: str, threads: int, precision: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--single", model, "--single-threads", str(threads),
+               "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--batch", str(args.batch),
+               "--grad-accum", str(args.grad_accum), "--rank", str(args.rank), "--precision", precision]
+    command += ["--checkpointing"] if args.checkpointing else []
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"model": model, "threads": threads, "precision": precision,
+                                                "error": done.stderr[-800:]}
 
 
 def pipeline(args: argparse.Namespace) -> dict:
@@ -154,7 +181,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--precision", default="auto", help="one or more of auto,fp32,bf16,fp16, comma-separated")
+    parser.add_argument("--runs", type=int, default=1, help="runs per configuration (median reported)")
     parser.add_argument("--checkpointing", action="store_true", default=None, help="gradient checkpointing (default: on GPU only)")
     parser.add_argument("--json", action="store_true")
     # pipeline mode

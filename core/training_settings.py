@@ -8,7 +8,8 @@ run in `training.per_customer.training_settings`.
 
 Defaults are sized for the offline demo (SmolLM2-135M on 2 CPU cores, a few minutes); a GPU
 customer raises `max_length`, `epochs` and `max_steps`. Precision and gradient checkpointing
-are "auto": fp32 without checkpointing on CPU, bf16 with checkpointing on CUDA.
+are "auto": bf16 with checkpointing on CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX),
+fp32 elsewhere, without checkpointing (`core.cpu_precision`).
 """
 
 from __future__ import annotations

@@ -185,3 +185,25 @@ def test_an_exported_searcher_is_portable_and_sft_continues_it(trained, samples,
     assert sidecar["lineage"]["init_adapter_digest"] == adapter_digest(searcher)
     moved = load_file(f"{continued.adapter_path}/adapter_model.safetensors")
     assert any(not (moved[name].float() == weights[name].float()).all() for name in weights), "SFT must train the adapter"
+
+
+def _train_in(samples_set, model_dir, out, precision):
+    settings = SFTSettings(learning_rate=1e-2, max_steps=6, batch_size=1, grad_accum=1, lr_scheduler="constant",
+                           max_length=4096, torch_threads=1, seed=0, precision=precision)
+    return train_sft(samples_set, model_dir, out, lora=LORA, sft=settings, device="cpu")
+
+
+def test_bf16_sft_on_cpu_keeps_fp32_lora_weights_and_learns_like_fp32(samples, model_dir, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    fp32 = _train_in(samples[0], model_dir, tmp_path / "fp32", "fp32")
+    bf16 = _train_in(samples[0], model_dir, tmp_path / "bf16", "bf16")
+    assert (fp32.metrics["precision"], bf16.metrics["precision"]) == ("fp32", "bf16")
+    weights = load_file(f"{bf16.adapter_path}/adapter_model.safetensors")
+    assert weights and {w.dtype for w in weights.values()} == {torch.float32}, "LoRA weights and optimizer stay fp32"
+    first_fp32, first_bf16 = fp32.loss_curve[0][1], bf16.loss_curve[0][1]
+    assert first_bf16 == pytest.approx(first_fp32, rel=0.02), "the same base model's loss..."
+    assert first_bf16 != first_fp32, "...computed in bf16 (an fp32 run repeats the fp32 loss exactly)"
+    losses = [loss for _, loss in bf16.loss_curve]
+    assert losses[-1] < losses[0] - 0.5, "bf16 autocast still trains the adapter"

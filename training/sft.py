@@ -6,9 +6,10 @@ rewrites the context). TRL 1.16 takes an `input_ids` + `labels` dataset as is; w
 `skip_prepare_dataset` so it neither re-tokenizes nor truncates (overlong samples were already
 reported and left out) and its collator only pads (labels with -100).
 
-Precision: fp32 on CPU (bf16 matmuls are slow there and fp16 is unsupported); on CUDA the base
-model is loaded in bf16, peft keeps the adapter in fp32, Trainer autocasts, and gradient
-checkpointing is on. Seeded through `SFTConfig.seed` (model init of the adapter, data order).
+Precision (`auto`): bf16 wherever it is fast, that is on CUDA and on CPUs that multiply bf16
+natively (`core.cpu_precision`), fp32 on other CPUs; fp16 only on CUDA. In bf16 the base model
+is loaded in bf16, peft keeps the LoRA weights (and so the optimizer) in fp32, and Trainer
+autocasts. Gradient checkpointing is on with CUDA. Seeded through `SFTConfig.seed` (model init of the adapter, data order).
 
 Output: the adapter in peft's standard layout (`adapter_config.json` +
 `adapter_model.safetensors`, what vLLM's `--lora-modules name=path` loads) and
@@ -31,6 +32,7 @@ from typing import Any
 
 from agent.adapter_sidecar import SIDECAR, write_sidecar
 from agent.trajectory import Trajectory
+from core.cpu_precision import cpu_training_precision
 from core.training_settings import LoraSettings, SFTSettings
 from training.searchers import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_digest
 from training.sft_samples import SampleSet, build_samples
@@ -105,11 +107,13 @@ def _device(device: str | None) -> str:
 def _precision(sft: SFTSettings, device: str) -> str:
     import torch
 
+    if sft.precision == "fp16" and not device.startswith("cuda"):
+        raise ValueError("sft.precision fp16 needs a CUDA device; on CPU use bf16 or fp32")
     if sft.precision != "auto":
         return sft.precision
     if device.startswith("cuda"):
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "fp32"
+    return cpu_training_precision()
 
 
 def _loss_curve_callback() -> Any:
@@ -176,7 +180,7 @@ def train_sft(
     threads_before = torch.get_num_threads()
     if sft.torch_threads and not on_gpu:
         torch.set_num_threads(sft.torch_threads)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32) if on_gpu else torch.float32
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -202,7 +206,7 @@ def train_sft(
                 per_device_train_batch_size=sft.batch_size, gradient_accumulation_steps=sft.grad_accum,
                 learning_rate=sft.learning_rate, lr_scheduler_type=sft.lr_scheduler,
                 weight_decay=sft.weight_decay, seed=sft.seed, data_seed=sft.seed, logging_steps=sft.logging_steps,
-                bf16=on_gpu and precision == "bf16", fp16=on_gpu and precision == "fp16",
+                bf16=precision == "bf16", fp16=precision == "fp16",
                 use_cpu=not on_gpu, report_to="none", save_strategy="no",
                 **_renamed_args(SFTConfig, checkpointing, sft.warmup_ratio),
                 max_length=None, dataset_kwargs={"skip_prepare_dataset": True}, packing=False,

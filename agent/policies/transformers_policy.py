@@ -36,6 +36,7 @@ from agent.policies.runaway import RunawayStop
 from agent.policies.tool_parsing import distinct_calls, parse_reply
 from agent.policy_base import Message, PolicyStep
 from core.base_models import profile_for
+from core.cpu_precision import cpu_inference_dtype
 from core.heap_memory import releasing_freed_memory
 from core.model_loading import MODEL_LOAD_LOCK
 
@@ -134,31 +135,6 @@ def load_model(
         loaded = from_model(model, tokenizer)
         with _CACHE_LOCK:
             return _CACHE.setdefault(key, loaded)
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slow."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def cpu_inference_dtype() -> str:
-    """bf16 where the CPU has it natively, fp32 elsewhere; `SEARCHSMITH_CPU_DTYPE` overrides.
-
-    Measured on SmolLM2-135M with 2 threads on an AVX512-BF16 CPU (`bench/cpu_dtype.py`): bf16
-    prefills about 1.9x and decodes about 1.6x faster than fp32. Training stays fp32 on CPU
-    (bf16 training measured slower there) and RL samples from the model it trains, so this
-    affects evaluation and serving only.
-    """
-    import os
-
-    configured = os.environ.get("SEARCHSMITH_CPU_DTYPE")
-    if configured:
-        return configured
-    return "bfloat16" if cpu_has_native_bf16() else "float32"
 
 
 def generation_batch_size() -> int:

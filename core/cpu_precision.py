@@ -1,0 +1,42 @@
+"""Which precision a CPU computes fastest, for inference and for LoRA training.
+
+Why one home: evaluation, serving, SFT and CISPO all load the same small models on CPU, and
+each must agree on what "bf16 is faster here" means. bf16 is fast only where the CPU multiplies
+it natively (AVX512-BF16 or AMX); elsewhere PyTorch emulates it and fp32 wins. Measured on an
+AVX512-BF16 EPYC with 2 threads: a 1024x576x1536 matmul runs at 610 GFLOP/s in bf16 against
+159 in fp32; SmolLM2-135M LoRA SFT runs 1.36x faster at 0.72x the peak memory
+(`bench/sft_bench.py --precision fp32,bf16 --runs 3`); inference prefills about 1.9x and
+decodes about 1.6x faster (`bench/cpu_dtype.py`). Where bf16 was emulated, SFT measured about
+half the speed of fp32, so the default follows the CPU's flags, not a fixed choice.
+
+CISPO on CPU stays fp32 (`CispoConfig.dtype`): its sampler and its learner are the same model,
+and bf16 there has not been measured for speed or for the importance ratio's noise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slow."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_inference_dtype() -> str:
+    """bf16 where the CPU has it natively, fp32 elsewhere; `SEARCHSMITH_CPU_DTYPE` overrides."""
+    configured = os.environ.get("SEARCHSMITH_CPU_DTYPE")
+    if configured:
+        return configured
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
+def cpu_training_precision() -> str:
+    """The `auto` training precision on CPU: bf16 (weights and autocast; LoRA weights and the
+    optimizer stay fp32) where the CPU has it natively, fp32 elsewhere."""
+    return "bf16" if cpu_has_native_bf16() else "fp32"
