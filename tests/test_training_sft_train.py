@@ -185,6 +185,9 @@ def test_an_exported_searcher_is_portable_and_sft_continues_it(trained, samples,
     assert sidecar["lineage"]["init_adapter_digest"] == adapter_digest(searcher)
     moved = load_file(f"{continued.adapter_path}/adapter_model.safetensors")
     assert any(not (moved[name].float() == weights[name].float()).all() for name in weights), "SFT must train the adapter"
+    reshipped = read_sidecar(export_searcher(continued.adapter_path, tmp_path / "searcher-2", base_model="tiny"))
+    assert reshipped["lineage"]["init_adapter"] == "searcher", "the searcher it continued, by name, not by this machine's path"
+    assert reshipped["lineage"]["init_adapter_digest"] == adapter_digest(searcher)
 
 
 def _train_in(samples_set, model_dir, out, precision):

@@ -94,6 +94,10 @@ def export_searcher(source: str | Path, target: str | Path, base_model: str, dty
     config["base_model_name_or_path"] = base_model
     (target / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     exported = {key: value for key, value in sidecar.items() if key not in {"base_model_path", "loss_curve"}}
+    lineage = dict(exported.get("lineage") or {})
+    if lineage.get("init_adapter"):  # a continued searcher: the folder's name (its digest is beside it), no machine path
+        lineage["init_adapter"] = Path(lineage["init_adapter"]).name
+        exported["lineage"] = lineage
     exported.update(base_model=base_model,
                     export={"source_run": sidecar.get("lineage", {}).get("run_id"), "dtype": dtype,
                             "source_digest": adapter_digest(source)})
