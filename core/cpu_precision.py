@@ -6,8 +6,9 @@ it natively (AVX512-BF16 or AMX); elsewhere PyTorch emulates it and fp32 wins. M
 AVX512-BF16 EPYC with 2 threads: a 1024x576x1536 matmul runs at 610 GFLOP/s in bf16 against
 159 in fp32; SmolLM2-135M LoRA SFT runs 1.36x faster at 0.72x the peak memory
 (`bench/sft_bench.py --precision fp32,bf16 --runs 3`); inference prefills about 1.9x and
-decodes about 1.6x faster (`bench/cpu_dtype.py`). Where bf16 was emulated, SFT measured about
-half the speed of fp32, so the default follows the CPU's flags, not a fixed choice.
+decodes about 1.6x faster (`bench/cpu_dtype.py`). Without those instructions bf16 is converted
+in software around every matmul, so there fp32 stays the default (not measured on such a CPU
+this time: the default follows the CPU's flags, not a fixed choice).
 
 CISPO on CPU stays fp32 (`CispoConfig.dtype`): its sampler and its learner are the same model,
 and bf16 there has not been measured for speed or for the importance ratio's noise.

@@ -9,7 +9,8 @@ reported and left out) and its collator only pads (labels with -100).
 Precision (`auto`): bf16 wherever it is fast, that is on CUDA and on CPUs that multiply bf16
 natively (`core.cpu_precision`), fp32 on other CPUs; fp16 only on CUDA. In bf16 the base model
 is loaded in bf16, peft keeps the LoRA weights (and so the optimizer) in fp32, and Trainer
-autocasts. Gradient checkpointing is on with CUDA. Seeded through `SFTConfig.seed` (model init of the adapter, data order).
+autocasts. Gradient checkpointing is on with CUDA. Seeded through `SFTConfig.seed` (model init
+of the adapter, data order).
 
 Output: the adapter in peft's standard layout (`adapter_config.json` +
 `adapter_model.safetensors`, what vLLM's `--lora-modules name=path` loads) and
