@@ -16,9 +16,6 @@ def test_the_cpu_default_follows_native_bf16_support(monkeypatch, native, expect
     monkeypatch.delenv("SEARCHSMITH_CPU_DTYPE", raising=False)
     assert cpu_precision.cpu_training_precision() == expected_training
     assert cpu_precision.cpu_inference_dtype() == expected_inference
-    import training.sft as sft_module
-
-    monkeypatch.setattr(sft_module, "cpu_training_precision", cpu_precision.cpu_training_precision)
     assert _precision(SFTSettings(), "cpu") == expected_training
 
 

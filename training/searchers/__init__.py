@@ -2,8 +2,8 @@
 
 Why ship a searcher: on two CPU cores a fresh LoRA needs about 40 minutes of SFT over some 120
 teacher trajectories before it searches at all (`bench/learning.py`: answer found 0.000 untrained,
-0.353 after it, 0.467 after 30 more steps). A per-customer run that takes minutes (the demo, a resync fine-tune) can only
-adapt a searcher that already exists, as Context-1 adapts one trained model. So the customer file
+0.353 after it, 0.467 after 30 more steps). A per-customer run that takes minutes (the demo, a
+resync fine-tune) can only adapt a searcher that already exists, as Context-1 adapts one trained model. So the customer file
 may name a starting adapter (`training.init_adapter`): a folder in this package (`smollm2-searcher`)
 or any adapter folder, and the customer's SFT continues it instead of a fresh one.
 
@@ -95,7 +95,7 @@ def export_searcher(source: str | Path, target: str | Path, base_model: str, dty
     (target / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     exported = {key: value for key, value in sidecar.items() if key not in {"base_model_path", "loss_curve"}}
     lineage = dict(exported.get("lineage") or {})
-    if lineage.get("init_adapter"):  # a continued searcher: the folder's name (its digest is beside it), no machine path
+    if lineage.get("init_adapter"):  # a continued searcher: the folder's name (its digest is beside it)
         lineage["init_adapter"] = Path(lineage["init_adapter"]).name
         exported["lineage"] = lineage
     exported.update(base_model=base_model,
