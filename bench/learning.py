@@ -1,7 +1,7 @@
 """The learning curve of the recipe on real questions it never trained on.
 
     .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
-        [--student ADAPTER] [--out DIR] [--work DIR]
+        [--sft-steps N] [--student ADAPTER] [--out DIR] [--work DIR]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
 1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
@@ -39,7 +39,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,10 @@ def write_corpus(records_path: Path, folder: Path) -> int:
 
 def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze", init_adapter: str | None = None) -> Path:
     """The learning customer. With `init_adapter` (a packaged searcher's name) SFT continues that
-    adapter, in its own shape, with the data drawn in another order (seed 1): the searcher this
-    project ships was trained by this script with seed 0 on the same tasks, so a continuation with
-    seed 0 would see exactly the samples it has already seen, in the same order."""
+    adapter, in its own shape, with the data drawn in the next order (the seed its last run used,
+    plus one): the searchers this project ships were trained by this script on the same tasks, and
+    a run of 30 steps sees about a quarter of the samples, so a continuation in the same order
+    would see exactly the samples the searcher has already seen."""
     settings = {
         "name": name, "domain": "web", "schedule": "0 3 * * *",
         "sources": [{"type": "local", "path": "./corpus", "include": ["**/*.md"], "exclude": []}],
@@ -138,10 +139,20 @@ def customer_file(work: Path, size: Size, name: str, question_style: str = "cloz
         training = settings["training"]
         del training["lora"]
         training["init_adapter"] = init_adapter
-        training["sft"]["seed"] = 1
+        training["sft"]["seed"] = continuation_seed(init_adapter)
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(settings, indent=2), encoding="utf-8")  # JSON is YAML
     return path
+
+
+def continuation_seed(searcher: str) -> int:
+    """The data-order seed for a run that continues `searcher`: one past the seed of the run that
+    made it (its sidecar's `config.sft.seed`; 0 when it does not say)."""
+    from agent.adapter_sidecar import read_sidecar
+    from training.searchers import searcher_dir
+
+    sft = (read_sidecar(searcher_dir(searcher)).get("config") or {}).get("sft") or {}
+    return int(sft.get("seed") or 0) + 1
 
 
 def cli(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
@@ -284,8 +295,14 @@ def main() -> None:
     parser.add_argument("--student", type=Path, default=None, metavar="ADAPTER",
                         help="evaluate this adapter folder (a shipped searcher) as the SFT row instead of training "
                              "one: no corpus, tasks, training, CISPO or synthetic rows; the run's home is suffixed with it")
+    parser.add_argument("--sft-steps", type=int, default=None, metavar="N",
+                        help="SFT optimizer steps instead of the size's (a longer run where time allows)")
     args = parser.parse_args()
     size = SIZES[args.size]
+    if args.sft_steps is not None:
+        if args.sft_steps < 1:
+            parser.error(f"--sft-steps {args.sft_steps}: must be at least 1")
+        size = replace(size, sft_steps=args.sft_steps)
     label = args.size if args.question_style == "cloze" else f"{args.size}-{args.question_style}"
     if args.init_adapter:
         label += f"-from-{args.init_adapter}"

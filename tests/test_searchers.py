@@ -61,3 +61,19 @@ def test_a_lora_shape_beside_a_starting_adapter_is_an_error():
     with pytest.raises(CustomerConfigError, match="init_adaptr"):
         parse_customer({"name": "acme", "sources": [{"type": "local", "path": "."}], "training": {"init_adaptr": "x"}},
                        Path("acme.yaml"))
+
+
+def test_a_learning_run_that_continues_a_searcher_draws_the_next_data_order(tmp_path):
+    """`bench/learning.py --init-adapter` continues a searcher on the tasks it was trained on; a run
+    sees about a quarter of the samples, so it must not replay the order that made the searcher."""
+    from bench.learning import continuation_seed
+
+    shipped = read_sidecar(searcher_dir("smollm2-searcher"))["config"]["sft"]["seed"]
+    assert continuation_seed("smollm2-searcher") == shipped + 1
+    folder = tmp_path / "unrecorded"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text("{}")
+    (folder / "adapter_model.safetensors").write_bytes(b"")
+    assert continuation_seed(str(folder)) == 1
+    (folder / "searchsmith_adapter.json").write_text(json.dumps({"config": {"sft": {"seed": 4}}}))
+    assert continuation_seed(str(folder)) == 5
