@@ -137,7 +137,7 @@ class CispoConfig(BaseModel):
     keep_checkpoints: int | None = None
     seed: int = 0
     device: str = "cpu"
-    dtype: str | None = None  # default float32 on CPU, bfloat16 elsewhere
+    dtype: str | None = None  # default float32 on CPU (measured: core/cpu_precision.py), bfloat16 elsewhere
 
     @field_validator("lora_dropout")
     @classmethod
