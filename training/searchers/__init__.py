@@ -2,7 +2,7 @@
 
 Why ship a searcher: on two CPU cores a fresh LoRA needs about 40 minutes of SFT over some 120
 teacher trajectories before it searches at all (`bench/learning.py`: answer found 0.000 untrained,
-0.353 after it, 0.467 after 30 more steps). A per-customer run that takes minutes (the demo, a
+0.353 after it, 0.467 after 30 more steps, 0.513 after 40 more). A per-customer run that takes minutes (the demo, a
 resync fine-tune) can only adapt a searcher that already exists, as Context-1 adapts one trained model. So the customer file
 may name a starting adapter (`training.init_adapter`): a folder in this package (`smollm2-searcher`)
 or any adapter folder, and the customer's SFT continues it instead of a fresh one.
