@@ -45,6 +45,7 @@ def one_step(customer: str, adapter: str, dtype: str, tasks: int, group: int, ma
              micro_batch_tokens: int) -> dict:
     """One CISPO step in this process; its timings, token counts, ratio stats and peak RSS."""
     from agent.adapter_sidecar import read_sidecar
+    from agent.policies import harness_for
     from core.layout import final_tasks_key
     from core.training_settings import CispoConfig
     from evaluation.synth_tasks import read_synth_tasks, tasks_from_synth
@@ -55,7 +56,7 @@ def one_step(customer: str, adapter: str, dtype: str, tasks: int, group: int, ma
     tasks_file = Path(os.environ["SEARCHSMITH_HOME"]) / "artifacts" / final_tasks_key(customer)
     train = tasks_from_synth(read_synth_tasks(tasks_file, split="train", limit=tasks), chunks)
     sidecar = read_sidecar(adapter)
-    profile = {k: v for k, v in (sidecar.get("harness_profile") or {}).items() if k != "prompt_version"}
+    profile = {k: v for k, v in harness_for(f"transformers:{adapter}").profile().items() if k != "prompt_version"}
     config = CispoConfig(group_size=group, tasks_per_step=tasks, steps=1, substeps=1, max_new_tokens=max_new_tokens,
                          rollout_workers=1, checkpoint_every=1, learning_rate=2e-5, temperature=1.0, harness=profile,
                          micro_batch_tokens=micro_batch_tokens, curriculum=False, dtype=dtype, seed=0)
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--micro-batch-tokens", type=int, default=4096,
-                        help="padded tokens per forward (the learning benchmark's; 16K of SmolLM2 logits took 23 GB)")
+                        help="padded tokens per forward (the learning benchmark's; a 16K-token forward kept 22 GB for the backward)")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
           f"median of {args.runs}\n")
     print("| dtype | rollout s | training s | step s | train tokens/s | peak RSS GB | first-substep r mean [min, max] | groups kept |")
     print("|---|---:|---:|---:|---:|---:|---|---:|")
-    first = None
+    first_step = None
     for dtype, rows in results.items():
         step = median(r["time"]["step_s"] for r in rows)
         rollout = median(r["time"]["rollout_s"] for r in rows)
@@ -110,8 +111,8 @@ def main(argv: list[str] | None = None) -> None:
         ratios = [r["first_substep_ratio"] for r in rows if r["first_substep_ratio"]]
         ratio = (f"{median(x['mean'] for x in ratios):.4f} [{min(x['min'] for x in ratios):.3f}, "
                  f"{max(x['max'] for x in ratios):.3f}]") if ratios else "no update (every group agreed)"
-        first = first or {"step": step, "rollout": rollout, "rate": rate}
-        speed = f" ({first['step'] / step:.2f}x)" if dtype != next(iter(results)) else ""
+        speed = f" ({first_step / step:.2f}x)" if first_step is not None else ""
+        first_step = step if first_step is None else first_step
         rate_text = f"{rate:.1f}" if rate else "-"
         print(f"| {dtype} | {rollout:.0f} | {training:.0f} | {step:.0f}{speed} | {rate_text} | "
               f"{median(r['peak_rss_gb'] for r in rows):.2f} | {ratio} | {median(r['groups_kept'] or 0 for r in rows)} |")
