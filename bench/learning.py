@@ -129,10 +129,7 @@ def customer_file(work: Path, size: Size, name: str, question_style: str = "cloz
                     "learning_rate": size.learning_rate},
             "rl": {"steps": size.rl_steps, "group_size": size.group_size, "tasks_per_step": size.rl_tasks_per_step,
                    "substeps": 1, "max_new_tokens": size.max_new_tokens, "rollout_workers": 1, "checkpoint_every": 1,
-                   "learning_rate": 2e-5, "temperature": 1.0,
-                   # One ~3K-token episode per forward: 16K tokens of full-vocabulary logits (SmolLM2's
-                   # 49K) and their gradients took 23 GB, more than this 24 GB machine has.
-                   "micro_batch_tokens": 4096},
+                   "learning_rate": 2e-5, "temperature": 1.0},
         },
     }
     if init_adapter is not None:

@@ -68,6 +68,8 @@ def test_cispo_raises_the_mean_reward_of_a_tiny_model(model_dir, tmp_path):
     for key in ("reward_mean", "reward_components", "answer_found", "recall", "tokens", "clip_ratio", "entropy"):
         assert key in sidecar["metrics"], key
     assert sidecar["config"]["group_size"] == 8 and sidecar["step"] == 6
+    # Left unset, the CPU run forwards 4K tokens at a time with recomputed activations, and says so.
+    assert (result.metrics["micro_batch_tokens"], result.metrics["gradient_checkpointing"]) == (4096, True)
     assert [p.name for p in result.checkpoints] == ["step-000003", "step-000006"]
     rewards = [json.loads(line) for line in (tmp_path / "run" / "rewards.jsonl").read_text().splitlines()]
     assert len(rewards) == 6 * 2 * 8 and {"reward", "f_beta", "p_prune", "p_turn", "answer_found"} <= set(rewards[0])

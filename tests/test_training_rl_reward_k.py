@@ -64,3 +64,11 @@ def test_rl_config_takes_the_reward_k_from_the_customer_files_benchmark_k():
     demo = load_customer(ROOT / "customers" / "demo.yaml")
     config = rl_config(demo.training, True, benchmark_k=demo.benchmark.k)
     assert demo.benchmark.k == 5 and config.reward_k == 5
+
+
+def test_cispo_memory_plan_fills_unset_fields_per_device():
+    """CPU: 4K-token forwards with recomputed activations (a 16K forward was killed at 22.7 GB on a
+    24 GB machine); an accelerator: 16K tokens, recomputed; anything the customer sets is kept."""
+    assert CispoConfig().memory_plan() == (4096, True)
+    assert CispoConfig(device="cuda").memory_plan() == (16_384, True)
+    assert CispoConfig(micro_batch_tokens=2048, gradient_checkpointing=False).memory_plan() == (2048, False)

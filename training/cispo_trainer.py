@@ -109,8 +109,9 @@ def load_trainable_model(base_model: str | Path, init_adapter: str | Path | None
     model_config = zero_dropout_config(AutoConfig.from_pretrained(str(path)))
     model = AutoModelForCausalLM.from_pretrained(str(path), config=model_config, dtype=getattr(torch, dtype),
                                                  **load_options(profile))
-    if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if config.memory_plan()[1]:
+        # transformers 5 renamed it (the old name warns).
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         model.enable_input_require_grads()
     torch.manual_seed(config.seed)
     if init_adapter:
@@ -266,7 +267,9 @@ def train_cispo(
     final = {**sidecar_base, "step": total_steps, "metrics": summarize(window),
              "first_step": _brief(history[0]) if history else {}, "created_at": datetime.now(timezone.utc).isoformat()}
     adapter = export_adapter(model, out / "adapter", final)
-    metrics = {**summarize(window), "steps": total_steps, "first_reward_mean": history[0].get("reward_mean") if history else None}
+    micro_batch_tokens, recompute = config.memory_plan()
+    metrics = {**summarize(window), "steps": total_steps, "first_reward_mean": history[0].get("reward_mean") if history else None,
+               "micro_batch_tokens": micro_batch_tokens, "gradient_checkpointing": recompute}
     return CispoResult(adapter, str(base_model), total_steps, metrics, history, checkpoints, resumed_from, out)
 
 
@@ -307,7 +310,7 @@ def _run_step(step: int, config: CispoConfig, model: Any, tokenizer: Any, optimi
                 group["lr"] = config.learning_rate * min(1.0, (optimizer_steps + 1) / max(1, config.warmup_steps))
             updates.append(cispo_optimizer_step(
                 model, optimizer, part, pad_id=pad_id, eps_low=config.eps_low, eps_high=config.eps_high,
-                temperature=config.temperature, micro_batch_tokens=config.micro_batch_tokens,
+                temperature=config.temperature, micro_batch_tokens=config.memory_plan()[0],
                 max_grad_norm=config.max_grad_norm, abort_loss=config.abort_loss,
                 abort_grad_norm=config.abort_grad_norm, where=f"step {step} pass {p} substep {k}",
             ))
