@@ -1,7 +1,7 @@
 """The learning curve of the recipe on real questions it never trained on.
 
     .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
-        [--sft-steps N] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--student ADAPTER] [--out DIR] [--work DIR]
+        [--sft-steps N] [--teacher-tasks N] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--student ADAPTER] [--out DIR] [--work DIR]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
 1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
@@ -298,12 +298,21 @@ def main() -> None:
                              "one: no corpus, tasks, training, CISPO or synthetic rows; the run's home is suffixed with it")
     parser.add_argument("--sft-steps", type=int, default=None, metavar="N",
                         help="SFT optimizer steps instead of the size's (a longer run where time allows)")
+    parser.add_argument("--teacher-tasks", type=int, default=None, metavar="N",
+                        help="train tasks the teacher runs instead of the size's (more distinct episodes for the "
+                             "same SFT steps: the teacher costs seconds, SFT steps cost the time)")
     args = parser.parse_args()
     size = SIZES[args.size]
     if args.sft_steps is not None:
         if args.sft_steps < 1:
             parser.error(f"--sft-steps {args.sft_steps}: must be at least 1")
         size = replace(size, sft_steps=args.sft_steps)
+    if args.teacher_tasks is not None:
+        if args.teacher_tasks < 1:
+            parser.error(f"--teacher-tasks {args.teacher_tasks}: must be at least 1")
+        if args.student:
+            parser.error("--teacher-tasks sets the SFT data; --student trains nothing")
+        size = replace(size, teacher_tasks=args.teacher_tasks)
     if args.skip_rl_dev_row and (args.skip_rl or args.skip_synth or args.student):
         parser.error("--skip-rl-dev-row compares CISPO with SFT on the synthetic split: it needs CISPO and that split "
                      "(no --skip-rl, --skip-synth or --student)")
