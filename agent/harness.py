@@ -29,6 +29,7 @@ from agent.final_answer import parse_final_answer
 from agent.harness_view import MESSAGE_OVERHEAD_TOKENS, View, pruned_marker
 from agent.policy_base import EpisodePolicy, Policy, PolicyStep, TokenCounter, ToolCall
 from agent.prompts import (
+    ANSWER_OPENING,
     COMPACT_FORCE_FINAL,
     COMPACT_MALFORMED_REPLY,
     FORCE_FINAL,
@@ -243,12 +244,15 @@ class Harness:
         trajectory.wall_s = time.perf_counter() - started
         return trajectory
 
-    def _infer(self, episode: EpisodePolicy, view: View, index: int, tools: list) -> tuple[Turn, PolicyStep]:
+    def _infer(self, episode: EpisodePolicy, view: View, index: int, tools: list, *, opening: str | None = None) -> tuple[Turn, PolicyStep]:
+        """One model turn; with `opening` (forced final only) a policy that can begin its reply
+        (`AnsweringEpisode`) is asked to answer starting with it, any other is asked as usual."""
         messages = view.snapshot()
         turn = Turn(index=index, prompt_tokens=view.total_tokens, view_messages=messages if self.config.record_view_messages else [])
         start = time.perf_counter()
         try:
-            step = episode.act(messages, tools)
+            answer = getattr(episode, "answer", None) if opening else None
+            step = answer(messages, opening) if answer is not None else episode.act(messages, tools)
         except Exception as error:
             raise PolicyError(f"{type(error).__name__}: {error}") from error
         turn.timings["infer_ms"] = (time.perf_counter() - start) * 1000
@@ -257,6 +261,7 @@ class Harness:
         turn.completion_token_ids = step.completion_token_ids
         turn.completion_logprobs = step.completion_logprobs
         turn.raw_text = step.raw_text
+        turn.prefill = step.prefill
         turn.policy_error = step.error
         return turn, step
 
@@ -331,10 +336,12 @@ class Harness:
         turn.view_token_usage = view.total_tokens
 
     def _force_final(self, episode: EpisodePolicy, view: View, trajectory: Trajectory, reason: str, stop: str) -> PolicyStep:
-        """Ask once for the final answer with no tools offered; tool calls in the reply are ignored."""
+        """Ask once for the final answer with no tools offered, the reply begun with the view's answer
+        opening where the policy can (`prefill_final_answer`); tool calls in the reply are ignored."""
         view.add_text("user", self._force_text.format(reason=reason, max_docs=self.config.max_output_docs))
         view.fixed_tokens, view.total_tokens = 0, view.total_tokens - view.fixed_tokens  # no tools are offered
-        turn, step = self._infer(episode, view, len(trajectory.turns), [])
+        opening = ANSWER_OPENING[self.config.view] if self.config.prefill_final_answer else None
+        turn, step = self._infer(episode, view, len(trajectory.turns), [], opening=opening)
         turn.forced_final = True
         turn.view_token_usage = view.total_tokens
         if step.window_full:

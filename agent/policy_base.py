@@ -38,6 +38,9 @@ class PolicyStep:
     raw_text: str | None = None
     error: str | None = None  # a malformed reply that could not be parsed, recorded not raised
     window_full: bool = False  # the prompt left no room to reply in the model's context window
+    # Text the policy appended to the rendered prompt before generating (`AnsweringEpisode`): the
+    # reply's text begins with it, the sampled token ids and log-probs do not include it.
+    prefill: str | None = None
 
 
 class TokenCounter(Protocol):
@@ -46,6 +49,19 @@ class TokenCounter(Protocol):
 
 class EpisodePolicy(Protocol):
     def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> PolicyStep: ...
+
+
+class AnsweringEpisode(EpisodePolicy, Protocol):
+    """An episode whose policy renders its own prompt and can therefore begin the reply.
+
+    Why: on the forced final turn no tools are offered, yet a small model trained on episodes
+    that always answered on their own keeps writing tool calls there, and the episode ends with
+    no ranking. Beginning the reply with the answer's opening (`[` in the compact view) makes the
+    model choose *which* documents, not *whether* to answer. Policies behind a chat API (the
+    server renders the prompt) do not implement it and are asked with `act`.
+    """
+
+    def answer(self, messages: list[Message], opening: str) -> PolicyStep: ...
 
 
 class Policy(Protocol):

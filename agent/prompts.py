@@ -95,6 +95,11 @@ COMPACT_FORCE_FINAL = "{reason} Answer now with up to {max_docs} references, mos
 COMPACT_MALFORMED_REPLY = "Error: your reply could not be parsed ({error}). Call a tool, or answer with references like [3] [1] [7]."
 
 
+# What a final answer starts with in each view: the forced final turn's reply is begun with it
+# (`HarnessSettings.prefill_final_answer`), and both answer parsers read it as an answer.
+ANSWER_OPENING = {"compact": "[", "full": "<Document id="}
+
+
 def prompt_version(view: str) -> str:
     return COMPACT_PROMPT_VERSION if view == "compact" else PROMPT_VERSION
 

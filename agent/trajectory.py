@@ -53,7 +53,8 @@ class Turn(BaseModel):
     completion_tokens: int = 0
     completion_token_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None
-    raw_text: str | None = None
+    raw_text: str | None = None  # the generated text (after `prefill`, which it does not repeat)
+    prefill: str | None = None  # text the policy appended to the rendered prompt (forced final answer)
     policy_error: str | None = None  # a reply the policy could not parse into tool calls
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     pruned_ids: list[str] = Field(default_factory=list)

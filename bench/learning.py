@@ -207,15 +207,20 @@ def model_options(size: Size) -> dict[str, Any]:
     return {"max_new_tokens": size.max_new_tokens, "stop_runaway": True}
 
 
-def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
+def harness_key(spec: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The harness a row runs under, as resolved from the checkpoint's profile, plus the harness
+    behaviours outside profiles: a change in either must not reuse a row measured before it."""
     from agent.policies import harness_for
+
+    config = harness_for(spec, **(overrides or {}))
+    return {**config.profile(), "prefill_final_answer": config.prefill_final_answer}
+
+
+def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
     from evaluation.bench import run_benchmark
 
     options = model_options(size) if spec.startswith("transformers:") else None
-    # The harness the row runs under, as resolved from the checkpoint's profile: a change in how a
-    # profile is read (a setting added to it) must not reuse a row measured under the old reading.
-    harness = harness_for(spec, **(overrides or {})).profile()
-    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "overrides": overrides, "harness": harness,
+    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "overrides": overrides, "harness": harness_key(spec, overrides),
            "options": options, "k": K}
     if (row := cached(out / name / "row.json", key)) is not None:
         print(f"  {name}: reused (answer found {row['answer_found']:.3f})", file=sys.stderr)
@@ -242,7 +247,7 @@ def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -
     from evaluation.bench import run_benchmark
     from evaluation.reward import reward
 
-    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "options": model_options(size), "k": K}
+    key = {"spec": spec, "tasks": [t.task_id for t in tasks], "harness": harness_key(spec, None), "options": model_options(size), "k": K}
     if (row := cached(out / f"synth-{name}" / "row.json", key)) is not None:
         return row
     started = time.perf_counter()

@@ -31,6 +31,10 @@ class HarnessSettings(BaseModel):
     max_output_docs: int = Field(10, gt=0)
     parallel_tool_workers: int = Field(8, gt=0)
     max_malformed_replies: int = Field(2, ge=0)  # consecutive unparseable replies before giving up
+    # The forced final answer's reply starts with the view's answer opening (`[` compact,
+    # `<Document id=` full) for policies that render their own prompt, so a model asked to answer
+    # with no tools offered cannot spend the turn on tool calls; off reproduces the older harness.
+    prefill_final_answer: bool = True
     raise_policy_errors: bool = False
     raise_tool_errors: bool = False
     record_view_messages: bool = True

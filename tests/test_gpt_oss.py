@@ -252,6 +252,37 @@ def test_behind_a_completions_server_the_student_gets_the_prompts_it_was_trained
     assert served.stop_reason == "answer" and [d.doc_id for d in served.final_ranking] == ["d1"]
 
 
+def test_a_forced_final_answer_is_begun_in_the_final_channel_locally_and_when_served(gpt_oss_dir):
+    """The forced final reply of a harmony model starts in the final channel with the view's
+    opening; a served model given the prompt as tokens continues exactly the same prompt."""
+    from agent.policies.openai_policy import OpenAIPolicy
+    from tests.support.openai_scripted import Reply, ScriptedOpenAI
+
+    clear_model_cache()
+    local = TransformersPolicy(str(gpt_oss_dir), max_new_tokens=16, dtype="float32")
+    lm = local.loaded()
+    messages = [{"role": "system", "content": "You are a search agent."}, {"role": "user", "content": QUESTION},
+                {"role": "user", "content": "You have used all 3 turns. Answer now with up to 5 references: [3] [1] [7]"}]
+    step = local.new_episode(QUESTION).answer(messages, "[")
+    assert step.prefill == "<|channel|>final<|message|>["
+    assert step.content is not None and step.content.startswith("[") and not step.tool_calls
+    prompt = lm.tokenizer(local.render_prompt(messages, None) + step.prefill, add_special_tokens=False)["input_ids"]
+    assert step.prompt_tokens == len(prompt)
+
+    def continue_prompt(request, number):
+        ids = lm.batcher().generate(request["prompt"], request["max_tokens"]).completion_ids
+        shown = ids[:-1] if ids and ids[-1] in lm.eos_token_ids else ids
+        return Reply(body={"id": "cmpl", "object": "text_completion", "created": 0, "model": request["model"], "choices": [{
+            "index": 0, "text": lm.tokenizer.decode(shown, skip_special_tokens=False), "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(request["prompt"]), "completion_tokens": len(ids), "total_tokens": len(request["prompt"]) + len(ids)}})
+
+    with ScriptedOpenAI(continue_prompt) as server:
+        remote = OpenAIPolicy(server.base_url, "student", max_tokens=16, tokenizer_path=str(gpt_oss_dir), prompt_as_tokens=True)
+        served = remote.new_episode(QUESTION).answer(messages, "[")
+        sent = [request["prompt"] for request in server.requests]
+    assert sent == [prompt] and served.prefill == step.prefill and served.content == step.content
+
+
 # ---- MXFP4 ---------------------------------------------------------------------------------------
 
 

@@ -92,12 +92,14 @@ class TokenCounts:
 def turn_prompt_ids(tokenizer: Any, trajectory: Trajectory, turn: Turn) -> list[int]:
     """Token ids of the prompt the model continued at this turn: the SFT samples' per-turn prompt
     (`sft_samples.turn_chat`: the recorded view, no tools on the forced final turn) rendered with
-    the generation prompt, exactly as the `transformers` policy rendered it when sampling."""
+    the generation prompt and any reply opening the policy appended (`Turn.prefill`), exactly as
+    the `transformers` policy rendered it when sampling."""
     from agent.policies.transformers_policy import template_messages
     from training.sft_samples import turn_chat
 
     prompt, _reply, tools = turn_chat(trajectory, turn)
     text = tokenizer.apply_chat_template(template_messages(prompt), tools=tools, add_generation_prompt=True, tokenize=False)
+    text += turn.prefill or ""  # a forced final reply the sampler began (its tokens were not sampled)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 

@@ -25,6 +25,16 @@ def chat_format_of(tokenizer: Any, model_config: Any = None) -> str:
 
 # A turn ends at ChatML's <|im_end|>, or at harmony's <|call|> / <|return|> (never at <|end|>,
 # which closes a message inside a turn: an analysis, or one of several tool calls).
+# Where a harmony answer goes: a forced final reply is begun in the final channel, so the model
+# neither reasons at length in `analysis` nor calls a tool before it answers.
+FINAL_CHANNEL = {"chatml": "", "harmony": "<|channel|>final<|message|>"}
+
+
+def reply_opening(chat_format: str, opening: str) -> str:
+    """The text appended to a rendered prompt (after the generation prompt) to begin an answer."""
+    return FINAL_CHANNEL.get(chat_format, "") + opening
+
+
 TURN_END_MARKERS = {"chatml": ("<|im_end|>",), "harmony": ("<|return|>", "<|call|>")}
 
 

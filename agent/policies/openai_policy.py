@@ -217,10 +217,12 @@ class OpenAIPolicy:
             kwargs.pop(field, None)
         return kwargs
 
-    def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str = "call") -> PolicyStep:
-        """One turn against the endpoint (see the module docstring for what raises and what is recorded)."""
+    def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str = "call",
+                 *, opening: str | None = None) -> PolicyStep:
+        """One turn against the endpoint (see the module docstring for what raises and what is
+        recorded); `opening` begins the reply, which only a prompt rendered here can do."""
         if self.prompt_as_tokens:
-            return self._complete_tokens(messages, tools, seed, id_prefix)
+            return self._complete_tokens(messages, tools, seed, id_prefix, opening)
         kwargs = self.request(messages, tools, seed)
         for _ in range(len(OPTIONAL_FIELDS) + 1):
             try:
@@ -248,13 +250,18 @@ class OpenAIPolicy:
         chat_format = chat_format_of(tokenizer)
         return tokenizer, chat_format, end_of_turn_ids(tokenizer, chat_format)
 
-    def _complete_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str) -> PolicyStep:
-        """One turn with the prompt rendered here and sent as token ids (module docstring)."""
+    def _complete_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int | None, id_prefix: str,
+                         opening: str | None = None) -> PolicyStep:
+        """One turn with the prompt rendered here and sent as token ids (module docstring); with
+        `opening` the reply is begun with it, as the `transformers` policy does."""
+        from agent.policies.model_family import reply_opening
         from agent.policies.tool_parsing import parse_reply
         from agent.policies.transformers_policy import strip_end_markers, template_messages
 
         tokenizer, chat_format, ends = self._template()
+        prefill = reply_opening(chat_format, opening) if opening else None
         prompt = tokenizer.apply_chat_template(template_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=False)
+        prompt += prefill or ""
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         request: dict[str, Any] = {"model": self.model, "prompt": prompt_ids, "temperature": self.temperature,
                                    "max_tokens": self.max_tokens,
@@ -274,7 +281,7 @@ class OpenAIPolicy:
         ids, logprobs = _completion_logprobs(choice)
         if ids is None:  # no logprobs asked for: the text is the record
             ids = tokenizer(raw, add_special_tokens=False)["input_ids"]
-        parsed = parse_reply(strip_end_markers(raw, tokenizer, ends), chat_format, id_prefix=id_prefix)
+        parsed = parse_reply(strip_end_markers((prefill or "") + raw, tokenizer, ends), chat_format, id_prefix=id_prefix)
         error = parsed.error
         if not parsed.tool_calls and parsed.content is None and error is None:
             error = "empty completion"
@@ -290,6 +297,7 @@ class OpenAIPolicy:
             completion_logprobs=logprobs,
             raw_text=raw,
             error=error,
+            prefill=prefill,
         )
 
 
@@ -372,6 +380,17 @@ class OpenAIEpisode:
         policy = self.policy
         seed = turn_seed(policy.seed, self.seed, self.turn) if policy.seed is not None or self.seed else None
         step = policy.complete(messages, tools, seed, id_prefix=f"call_{self.turn}")
+        self.turn += 1
+        return step
+
+    def answer(self, messages: list[Message], opening: str) -> PolicyStep:
+        """The forced final turn: begun with `opening` when this policy renders the prompt itself
+        (`prompt_as_tokens`); a chat endpoint renders its own, so it is asked as usual."""
+        if not self.policy.prompt_as_tokens:
+            return self.act(messages, [])
+        policy = self.policy
+        seed = turn_seed(policy.seed, self.seed, self.turn) if policy.seed is not None or self.seed else None
+        step = policy.complete(messages, None, seed, id_prefix=f"call_{self.turn}", opening=opening)
         self.turn += 1
         return step
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from agent.adapter_sidecar import read_sidecar
 from agent.policies.generation_batcher import DEFAULT_MAX_BATCH, GenerationBatcher, first_end
-from agent.policies.model_family import chat_format_of, end_of_turn_ids, load_options, prepare_tokenizer
+from agent.policies.model_family import chat_format_of, end_of_turn_ids, load_options, prepare_tokenizer, reply_opening
 from agent.policies.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCache
 from agent.policies.runaway import RunawayStop
 from agent.policies.tool_parsing import distinct_calls, parse_reply
@@ -322,10 +322,14 @@ class TransformersPolicy:
             template_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=False
         )
 
-    def generate(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int, id_prefix: str = "call") -> PolicyStep:
-        """One model turn: render, generate, record ids and logprobs, parse tool calls."""
+    def generate(self, messages: list[Message], tools: list[dict[str, Any]] | None, seed: int, id_prefix: str = "call",
+                 *, opening: str | None = None) -> PolicyStep:
+        """One model turn: render, generate, record ids and logprobs, parse tool calls. With
+        `opening` the reply is begun with it (`AnsweringEpisode`): it is appended to the prompt, in
+        the final channel for harmony, and parsed as the start of the reply."""
         lm = self.loaded()
-        prompt = self.render_prompt(messages, tools)
+        prefill = reply_opening(lm.chat_format, opening) if opening else None
+        prompt = self.render_prompt(messages, tools) + (prefill or "")
         input_ids = lm.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
         n_prompt = int(input_ids.shape[1])
         max_new = self.max_new_tokens
@@ -341,7 +345,7 @@ class TransformersPolicy:
             completion, logits = turn.completion_ids, turn.logits
         logprobs = completion_logprobs(logits, completion, self.temperature)
         raw_text = lm.tokenizer.decode(completion, skip_special_tokens=False)
-        text = strip_end_markers(raw_text, lm.tokenizer, lm.eos_token_ids)
+        text = strip_end_markers((prefill or "") + raw_text, lm.tokenizer, lm.eos_token_ids)
         parsed = parse_reply(text, lm.chat_format, id_prefix=id_prefix)
         if self.stop_runaway:
             parsed.tool_calls = distinct_calls(parsed.tool_calls)
@@ -357,6 +361,7 @@ class TransformersPolicy:
             completion_logprobs=logprobs,
             raw_text=raw_text,
             error=error,
+            prefill=prefill,
         )
 
     def _sample(self, lm: LoadedModel, input_ids: Any, max_new: int, seed: int) -> tuple[list[int], Any]:
@@ -447,6 +452,13 @@ class TransformersEpisode:
         step = self.policy.generate(
             messages, tools, seed=turn_seed(self.policy.seed, self.seed, self.turn), id_prefix=f"call_{self.turn}"
         )
+        self.turn += 1
+        return step
+
+    def answer(self, messages: list[Message], opening: str) -> PolicyStep:
+        """The forced final turn, the reply begun with `opening` (no tools offered)."""
+        step = self.policy.generate(messages, None, seed=turn_seed(self.policy.seed, self.seed, self.turn),
+                                    id_prefix=f"call_{self.turn}", opening=opening)
         self.turn += 1
         return step
 
