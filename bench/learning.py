@@ -305,7 +305,7 @@ def main() -> None:
                         help="SFT optimizer steps instead of the size's (a longer run where time allows)")
     parser.add_argument("--teacher-tasks", type=int, default=None, metavar="N",
                         help="train tasks the teacher runs instead of the size's (more distinct episodes for the "
-                             "same SFT steps: the teacher costs seconds, SFT steps cost the time)")
+                             "same SFT steps: the teacher took 55 s for all 578 tasks on 2 cores, SFT steps are the time)")
     args = parser.parse_args()
     size = SIZES[args.size]
     if args.sft_steps is not None:
