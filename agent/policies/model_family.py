@@ -23,8 +23,6 @@ def chat_format_of(tokenizer: Any, model_config: Any = None) -> str:
     return "harmony" if "<|channel|>" in vocab and "<|call|>" in vocab else "chatml"
 
 
-# A turn ends at ChatML's <|im_end|>, or at harmony's <|call|> / <|return|> (never at <|end|>,
-# which closes a message inside a turn: an analysis, or one of several tool calls).
 # Where a harmony answer goes: a forced final reply is begun in the final channel, so the model
 # neither reasons at length in `analysis` nor calls a tool before it answers.
 FINAL_CHANNEL = {"chatml": "", "harmony": "<|channel|>final<|message|>"}
@@ -35,6 +33,8 @@ def reply_opening(chat_format: str, opening: str) -> str:
     return FINAL_CHANNEL.get(chat_format, "") + opening
 
 
+# A turn ends at ChatML's <|im_end|>, or at harmony's <|call|> / <|return|> (never at <|end|>,
+# which closes a message inside a turn: an analysis, or one of several tool calls).
 TURN_END_MARKERS = {"chatml": ("<|im_end|>",), "harmony": ("<|return|>", "<|call|>")}
 
 
