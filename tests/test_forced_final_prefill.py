@@ -17,6 +17,7 @@ import torch
 from agent.final_answer import format_final_answer
 from agent.harness import HarnessConfig, run_episode
 from agent.policy_base import PolicyStep
+from agent.prompts import COMPACT_FORCE_FINAL
 from agent.trajectory import Trajectory, Turn
 from tests.test_harness import ScriptedPolicy, tiny_index  # noqa: F401 - the fixture
 
@@ -24,7 +25,7 @@ QUESTION = "Who designed the Alpha Lighthouse?"
 MESSAGES = [
     {"role": "system", "content": "You are a search agent."},
     {"role": "user", "content": QUESTION},
-    {"role": "user", "content": "You have used all 1 turns. Answer now with up to 5 references, most relevant first, like: [3] [1] [7]"},
+    {"role": "user", "content": COMPACT_FORCE_FINAL.format(reason="You have used all 1 turns.", max_docs=5)},
 ]
 
 

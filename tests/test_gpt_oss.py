@@ -217,18 +217,10 @@ def test_the_student_calls_two_tools_in_one_turn_then_answers(sft_adapter, gpt_o
     assert trajectory.turns[-1].raw_text.endswith("<|return|>")
 
 
-def test_behind_a_completions_server_the_student_gets_the_prompts_it_was_trained_on(sft_adapter, gpt_oss_dir):
-    """RL rollouts on vLLM send each prompt as token ids rendered by our harmony template (vLLM
-    would render a chat request with openai-harmony's renderer instead). A server that continues
-    those ids with the student itself, as vLLM does (the stop token's text left out, special
-    tokens kept, ids and log-probs returned), must give the episode the in-process student gives."""
-    from agent.policies.openai_policy import OpenAIPolicy
-    from tests.support.openai_scripted import Reply, ScriptedOpenAI
-
-    result, _ = sft_adapter
-    clear_model_cache()
-    local = TransformersPolicy(str(gpt_oss_dir), adapter_path=result.adapter_path, max_new_tokens=64, dtype="float32")
-    lm = local.loaded()
+def continuing_with(lm):
+    """A /v1/completions handler that continues the token-id prompt with the local model (greedy), as
+    vLLM would: the text without the stop token, the sampled ids as `token_id:N` log-prob tokens."""
+    from tests.support.openai_scripted import Reply
 
     def continue_prompt(request, number):
         ids = lm.batcher().generate(request["prompt"], request["max_tokens"]).completion_ids
@@ -238,9 +230,25 @@ def test_behind_a_completions_server_the_student_gets_the_prompts_it_was_trained
             "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.5] * len(ids), "text_offset": None, "top_logprobs": None}}],
             "usage": {"prompt_tokens": len(request["prompt"]), "completion_tokens": len(ids), "total_tokens": len(request["prompt"]) + len(ids)}})
 
+    return continue_prompt
+
+
+def test_behind_a_completions_server_the_student_gets_the_prompts_it_was_trained_on(sft_adapter, gpt_oss_dir):
+    """RL rollouts on vLLM send each prompt as token ids rendered by our harmony template (vLLM
+    would render a chat request with openai-harmony's renderer instead). A server that continues
+    those ids with the student itself, as vLLM does (the stop token's text left out, special
+    tokens kept, ids and log-probs returned), must give the episode the in-process student gives."""
+    from agent.policies.openai_policy import OpenAIPolicy
+    from tests.support.openai_scripted import ScriptedOpenAI
+
+    result, _ = sft_adapter
+    clear_model_cache()
+    local = TransformersPolicy(str(gpt_oss_dir), adapter_path=result.adapter_path, max_new_tokens=64, dtype="float32")
+    lm = local.loaded()
+
     task = lighthouse_tasks()[1]
     expected = run_episode(MemoryBackend(), local, task.question, HARNESS, task_id=task.task_id)
-    with ScriptedOpenAI(continue_prompt) as server:
+    with ScriptedOpenAI(continuing_with(lm)) as server:
         remote = OpenAIPolicy(server.base_url, "student", max_tokens=64, logprobs=True, tokenizer_path=str(gpt_oss_dir), prompt_as_tokens=True)
         served = run_episode(MemoryBackend(), remote, task.question, HARNESS, task_id=task.task_id)
         prompts = [request["prompt"] for request in server.requests]
@@ -256,7 +264,7 @@ def test_a_forced_final_answer_is_begun_in_the_final_channel_locally_and_when_se
     """The forced final reply of a harmony model starts in the final channel with the view's
     opening; a served model given the prompt as tokens continues exactly the same prompt."""
     from agent.policies.openai_policy import OpenAIPolicy
-    from tests.support.openai_scripted import Reply, ScriptedOpenAI
+    from tests.support.openai_scripted import ScriptedOpenAI
 
     clear_model_cache()
     local = TransformersPolicy(str(gpt_oss_dir), max_new_tokens=16, dtype="float32")
@@ -269,14 +277,7 @@ def test_a_forced_final_answer_is_begun_in_the_final_channel_locally_and_when_se
     prompt = lm.tokenizer(local.render_prompt(messages, None) + step.prefill, add_special_tokens=False)["input_ids"]
     assert step.prompt_tokens == len(prompt)
 
-    def continue_prompt(request, number):
-        ids = lm.batcher().generate(request["prompt"], request["max_tokens"]).completion_ids
-        shown = ids[:-1] if ids and ids[-1] in lm.eos_token_ids else ids
-        return Reply(body={"id": "cmpl", "object": "text_completion", "created": 0, "model": request["model"], "choices": [{
-            "index": 0, "text": lm.tokenizer.decode(shown, skip_special_tokens=False), "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(request["prompt"]), "completion_tokens": len(ids), "total_tokens": len(request["prompt"]) + len(ids)}})
-
-    with ScriptedOpenAI(continue_prompt) as server:
+    with ScriptedOpenAI(continuing_with(lm)) as server:
         remote = OpenAIPolicy(server.base_url, "student", max_tokens=16, tokenizer_path=str(gpt_oss_dir), prompt_as_tokens=True)
         served = remote.new_episode(QUESTION).answer(messages, "[")
         sent = [request["prompt"] for request in server.requests]

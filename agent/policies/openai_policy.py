@@ -377,20 +377,17 @@ class OpenAIEpisode:
         self.turn = 0
 
     def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> PolicyStep:
-        policy = self.policy
-        seed = turn_seed(policy.seed, self.seed, self.turn) if policy.seed is not None or self.seed else None
-        step = policy.complete(messages, tools, seed, id_prefix=f"call_{self.turn}")
-        self.turn += 1
-        return step
+        return self._turn(messages, tools)
 
     def answer(self, messages: list[Message], opening: str) -> PolicyStep:
         """The forced final turn: begun with `opening` when this policy renders the prompt itself
         (`prompt_as_tokens`); a chat endpoint renders its own, so it is asked as usual."""
-        if not self.policy.prompt_as_tokens:
-            return self.act(messages, [])
+        return self._turn(messages, None, opening if self.policy.prompt_as_tokens else None)
+
+    def _turn(self, messages: list[Message], tools: list[dict[str, Any]] | None, opening: str | None = None) -> PolicyStep:
         policy = self.policy
         seed = turn_seed(policy.seed, self.seed, self.turn) if policy.seed is not None or self.seed else None
-        step = policy.complete(messages, None, seed, id_prefix=f"call_{self.turn}", opening=opening)
+        step = policy.complete(messages, tools, seed, id_prefix=f"call_{self.turn}", opening=opening)
         self.turn += 1
         return step
 

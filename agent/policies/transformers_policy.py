@@ -449,15 +449,14 @@ class TransformersEpisode:
         self.turn = 0
 
     def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> PolicyStep:
-        step = self.policy.generate(
-            messages, tools, seed=turn_seed(self.policy.seed, self.seed, self.turn), id_prefix=f"call_{self.turn}"
-        )
-        self.turn += 1
-        return step
+        return self._turn(messages, tools)
 
     def answer(self, messages: list[Message], opening: str) -> PolicyStep:
         """The forced final turn, the reply begun with `opening` (no tools offered)."""
-        step = self.policy.generate(messages, None, seed=turn_seed(self.policy.seed, self.seed, self.turn),
+        return self._turn(messages, None, opening)
+
+    def _turn(self, messages: list[Message], tools: list[dict[str, Any]] | None, opening: str | None = None) -> PolicyStep:
+        step = self.policy.generate(messages, tools, seed=turn_seed(self.policy.seed, self.seed, self.turn),
                                     id_prefix=f"call_{self.turn}", opening=opening)
         self.turn += 1
         return step
