@@ -1,7 +1,8 @@
 """The learning curve of the recipe on real questions it never trained on.
 
     .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
-        [--sft-steps N] [--teacher-tasks N] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--student ADAPTER] [--out DIR] [--work DIR]
+        [--sft-steps N] [--teacher-tasks N] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
+    .venv/bin/python bench/learning.py --size cpu --question-style natural --student ADAPTER [--synth-of RUN [--skip-dev]]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
 1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
@@ -23,7 +24,9 @@ are reused by the pipeline itself (same inputs, same adapter), so a rerun resume
 
 `--student ADAPTER` skips the corpus, tasks and training and evaluates that adapter folder as the
 SFT row, beside the same hybrid, teacher and base rows: a shipped searcher re-measured under the
-current harness and code.
+current harness and code. With `--synth-of RUN` (the `--work` folder of an earlier training run) it
+also measures the adapter's mean reward on that run's held-out synthetic test split: how candidate
+checkpoints are compared without looking at the dev questions (`--skip-dev` measures only that).
 
 The SFT adapter of `--size cpu --question-style natural` is the searcher this project ships
 (`training/searchers/smollm2-searcher`, which customer files continue with
@@ -150,6 +153,16 @@ def continuation_seed(searcher: str) -> int:
 
     sft = (read_sidecar(searcher_dir(searcher)).get("config") or {}).get("sft") or {}
     return int(sft.get("seed") or 0) + 1
+
+
+def run_customer(run: Path) -> str:
+    """The learning customer an earlier run's `--work` folder holds: its one customer file (named
+    after the customer, as `customer_file` writes it) beside the home with its tasks and index."""
+    customers = sorted((run / "customers").glob("*.yaml"))
+    if len(customers) != 1 or not (run / "home").is_dir():
+        raise ValueError(f"{run}: not the --work folder of a training run (expected one customer file in customers/ "
+                         f"and a home/; found {len(customers)} customer files)")
+    return customers[0].stem
 
 
 def cli(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
@@ -301,6 +314,11 @@ def main() -> None:
     parser.add_argument("--student", type=Path, default=None, metavar="ADAPTER",
                         help="evaluate this adapter folder (a shipped searcher) as the SFT row instead of training "
                              "one: no corpus, tasks, training, CISPO or synthetic rows; the run's home is suffixed with it")
+    parser.add_argument("--synth-of", type=Path, default=None, metavar="RUN",
+                        help="with --student: also measure its mean reward on the held-out synthetic test split of "
+                             "the training run whose --work folder is RUN (it holds that customer's tasks and index)")
+    parser.add_argument("--skip-dev", action="store_true",
+                        help="with --synth-of: measure only the synthetic split, not the dev-question rows")
     parser.add_argument("--sft-steps", type=int, default=None, metavar="N",
                         help="SFT optimizer steps instead of the size's (a longer run where time allows)")
     parser.add_argument("--teacher-tasks", type=int, default=None, metavar="N",
@@ -331,20 +349,33 @@ def main() -> None:
         if not args.student.is_dir():
             parser.error(f"--student {args.student}: no such adapter folder")
         label += f"-student-{args.student.name}"
-        args.skip_rl = args.skip_synth = True
+        args.skip_rl, args.skip_synth = True, args.synth_of is None
+    if args.synth_of is not None:
+        if not args.student:
+            parser.error("--synth-of measures a --student adapter on an earlier run's synthetic split; a training run "
+                         "measures its own")
+        args.synth_of = args.synth_of.resolve()
+        try:
+            synth_customer = run_customer(args.synth_of)
+        except ValueError as error:
+            parser.error(f"--synth-of {error}")
+    if args.skip_dev and args.synth_of is None:
+        parser.error("--skip-dev leaves only the synthetic split, which needs --synth-of RUN")
     work = (args.work or REPO / ".searchsmith" / f"learning-{label}").resolve()
     out = (args.out or work / "report").resolve()
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    # This process opens the customer's index too: the same home as the CLI steps.
-    env = {**os.environ, "SEARCHSMITH_HOME": str(work / "home"), "DAGSTER_HOME": str(work / "home" / "dagster"),
-           "SEARCHSMITH_CUSTOMERS_DIR": str(work / "customers")}
+    # This process opens the customer's index too: the same home as the CLI steps (with --synth-of,
+    # the home of the run whose tasks and index it reads; reports stay under this run's --out).
+    customer_home = args.synth_of or work
+    env = {**os.environ, "SEARCHSMITH_HOME": str(customer_home / "home"), "DAGSTER_HOME": str(customer_home / "home" / "dagster"),
+           "SEARCHSMITH_CUSTOMERS_DIR": str(customer_home / "customers")}
     os.environ.update({k: env[k] for k in ("SEARCHSMITH_HOME", "DAGSTER_HOME", "SEARCHSMITH_CUSTOMERS_DIR")})
-    (work / "home" / "dagster").mkdir(parents=True, exist_ok=True)
-    (work / "customers").mkdir(exist_ok=True)
+    (customer_home / "home" / "dagster").mkdir(parents=True, exist_ok=True)
+    (customer_home / "customers").mkdir(exist_ok=True)
     sys.path.insert(0, str(REPO))
     log = work / "pipeline.log"
-    name = f"learning-{label}"
+    name = synth_customer if args.synth_of else f"learning-{label}"
     timings: dict[str, float] = {}
     started = time.perf_counter()
 
@@ -375,26 +406,29 @@ def main() -> None:
             rl = cli(["finetune", name, "--stage", "rl"], env, log)
             timings["rl_s"] = time.perf_counter() - stage
 
-    print(f"[{args.size}] evaluation on {size.eval_questions} dev questions (k={K})", file=sys.stderr)
     from agent.policies import harness_for
-    from evaluation.external import load_external_benchmark
 
-    bench = load_external_benchmark(records, limit=size.eval_questions)
     sft_spec = f"transformers:{sft['adapter_path']}"
     rl_spec = f"transformers:{rl['adapter_path']}" if rl else None
-    # The base model runs under the profile the SFT row runs under (as `harness_for` reads it).
-    profile = {k: v for k, v in harness_for(sft_spec).profile().items() if k != "prompt_version"}
-    turn_cap = {"max_turns": PROFILE["max_turns"]}
-    stage = time.perf_counter()
-    rows = [
-        run_row("hybrid", "hybrid", bench.tasks, bench.index, out, None, size),
-        run_row("heuristic", "heuristic", bench.tasks, bench.index, out, turn_cap, size),
-        run_row("base", "transformers:smollm2", bench.tasks, bench.index, out, profile, size),
-        run_row("sft", sft_spec, bench.tasks, bench.index, out, turn_cap, size),
-    ]
-    if rl_spec and not args.skip_rl_dev_row:
-        rows.append(run_row("sft+cispo", rl_spec, bench.tasks, bench.index, out, turn_cap, size))
-    timings["eval_s"] = time.perf_counter() - stage
+    rows: list[dict[str, Any]] = []
+    if not args.skip_dev:
+        print(f"[{args.size}] evaluation on {size.eval_questions} dev questions (k={K})", file=sys.stderr)
+        from evaluation.external import load_external_benchmark
+
+        bench = load_external_benchmark(records, limit=size.eval_questions)
+        # The base model runs under the profile the SFT row runs under (as `harness_for` reads it).
+        profile = {k: v for k, v in harness_for(sft_spec).profile().items() if k != "prompt_version"}
+        turn_cap = {"max_turns": PROFILE["max_turns"]}
+        stage = time.perf_counter()
+        rows = [
+            run_row("hybrid", "hybrid", bench.tasks, bench.index, out, None, size),
+            run_row("heuristic", "heuristic", bench.tasks, bench.index, out, turn_cap, size),
+            run_row("base", "transformers:smollm2", bench.tasks, bench.index, out, profile, size),
+            run_row("sft", sft_spec, bench.tasks, bench.index, out, turn_cap, size),
+        ]
+        if rl_spec and not args.skip_rl_dev_row:
+            rows.append(run_row("sft+cispo", rl_spec, bench.tasks, bench.index, out, turn_cap, size))
+        timings["eval_s"] = time.perf_counter() - stage
 
     synth: list[dict[str, Any]] = []
     if not args.skip_synth:
@@ -403,7 +437,7 @@ def main() -> None:
         from orchestration.runner import open_index
 
         index, chunks = open_index(name)
-        tasks_path = work / "home" / "artifacts" / final_tasks_key(name)
+        tasks_path = customer_home / "home" / "artifacts" / final_tasks_key(name)
         held_out = tasks_from_synth(read_synth_tasks(tasks_path, split="test", limit=size.synth_test), chunks)
         stage = time.perf_counter()
         synth = [synth_rewards("sft", sft_spec, held_out, index, out, size)]
@@ -413,26 +447,30 @@ def main() -> None:
     timings["total_s"] = time.perf_counter() - started
 
     result = {"size": args.size, "question_style": args.question_style, "init_adapter": args.init_adapter,
-              "student": str(args.student) if args.student else None, "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
+              "student": str(args.student) if args.student else None, "synth_of": str(args.synth_of) if args.synth_of else None,
+              "settings": asdict(size), "profile": PROFILE, "k": K, "dev_file": str(records),
               "corpus_documents": n_docs, "sync": synced, "tasks": {k: tasks.get(k) for k in ("generated", "verified", "by_split", "failed")} if tasks else None,
               "sft": {"adapter": sft["adapter_path"], "steps": sft["steps"], "metrics": sft["metrics"]},
               "rl": {"adapter": rl["adapter_path"], "steps": rl["steps"], "metrics": rl["metrics"]} if rl else None,
               "rows": rows, "synthetic_test": synth, "timings_s": {k: round(v, 1) for k, v in timings.items()}}
-    (out / "learning.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    # A synthetic-only measurement does not overwrite the dev table an earlier run of this student wrote.
+    (out / ("learning-synth.json" if args.skip_dev else "learning.json")).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     start = f", SFT continuing {args.init_adapter}" if args.init_adapter else ""
     if args.student:
         start = f", SFT row: {args.student} as shipped (not trained by this run)"
-    print(f"\n## Learning benchmark, size {args.size}, {args.question_style} synthetic questions{start}: first {size.eval_questions} questions of {records.name}, k={K}\n")
-    print(table(rows))
+    if rows:
+        print(f"\n## Learning benchmark, size {args.size}, {args.question_style} synthetic questions{start}: first {size.eval_questions} questions of {records.name}, k={K}\n")
+        print(table(rows))
     if synth:
-        print("\nHeld-out synthetic test split (mean reward at k=5, beta 2):")
+        split = f" of {args.synth_of.name}" if args.synth_of else ""
+        print(f"\nHeld-out synthetic test split{split} (mean reward at k=5, beta 2):")
         for s in synth:
             print(f"- {s['row']}: {s['mean_reward']:.3f} [{s['ci'][0]:.3f}, {s['ci'][1]:.3f}] over {s['n']} tasks (answer found {s['answer_found']:.3f})")
     print("\nTimings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
     cispo = f"CISPO {rl['steps']} steps" if rl else "CISPO not run (--skip-rl)"
     if rl and args.skip_rl_dev_row:
         cispo += " (compared on the synthetic split only: --skip-rl-dev-row)"
-    print(f"tasks: {result['tasks']}; SFT {sft['steps']} steps; {cispo}; written to {out / 'learning.json'}")
+    print(f"tasks: {result['tasks']}; SFT {sft['steps']} steps; {cispo}; written to {out}")
 
 
 if __name__ == "__main__":

@@ -77,3 +77,19 @@ def test_a_learning_run_that_continues_a_searcher_draws_the_next_data_order(tmp_
     assert continuation_seed(str(folder)) == 1
     (folder / "searchsmith_adapter.json").write_text(json.dumps({"config": {"sft": {"seed": 4}}}))
     assert continuation_seed(str(folder)) == 5
+
+
+def test_a_student_is_measured_on_the_synthetic_split_of_the_run_it_names(tmp_path):
+    """`bench/learning.py --student A --synth-of RUN` reads RUN's customer: a folder that is not a
+    training run's is refused by name rather than measured against nothing."""
+    from bench.learning import SIZES, customer_file, run_customer
+
+    with pytest.raises(ValueError, match=str(tmp_path)):
+        run_customer(tmp_path)
+    (tmp_path / "customers").mkdir()
+    (tmp_path / "home").mkdir()
+    customer_file(tmp_path / "customers", SIZES["smoke"], "learning-smoke-natural", "natural")
+    assert run_customer(tmp_path) == "learning-smoke-natural"
+    customer_file(tmp_path / "customers", SIZES["smoke"], "learning-smoke", "cloze")
+    with pytest.raises(ValueError, match="found 2 customer files"):
+        run_customer(tmp_path)
