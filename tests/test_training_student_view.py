@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agent.harness import HarnessConfig, run_episode
 from agent.policies.heuristic import HeuristicPolicy
 from agent.prompts import PRUNE_CHUNKS, READ_DOCUMENT
+from bench.answer_choice import shown_references
 from search.embedding_window import load_token_offsets
 from tests.test_harness import pooled  # noqa: F401 - the fixture: real multi-hop paragraphs
 from training.student_view import render_in_student_view
@@ -73,3 +76,14 @@ def test_rendering_is_deterministic(replayed):
                 [t.view_messages for t in trajectory.turns])
 
     assert [essence(t) for t in again] == [essence(t) for t in students[:2]]
+
+
+def test_answer_choice_numbers_references_as_the_student_was_shown_them(replayed):
+    """`bench/answer_choice.py` rebuilds each episode's reference numbers from its tool calls;
+    they must be the ones the compact view showed, or its counting figures describe nothing."""
+    _, _, students = replayed
+    for student in students:
+        numbers = shown_references(student)
+        named = [int(n) for n in re.findall(r"\[(\d+)\]", student.turns[-1].completion)]
+        assert [numbers[doc.chunk_id] for doc in student.final_ranking] == named
+
