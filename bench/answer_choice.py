@@ -1,6 +1,7 @@
 """How a compact-view model chooses its answer: by counting references, or by what they say.
 
     .venv/bin/python bench/answer_choice.py --run DIR [--policy NAME] [--tasks FILE]
+    .venv/bin/python bench/answer_choice.py --trajectories FILE
 
 DIR is the `--out` folder of `searchsmith bench` or one row of `bench/learning.py` (for example
 `.searchsmith/learning-cpu-natural-student-ADAPTER/report/sft`). A compact-view answer is a list of
@@ -12,8 +13,9 @@ own and at the harness's forced final, with answer found for each; the share of 
 the harness kept from them) that begin with `[1]`, that are exactly `[1]` ... `[n]`, and of
 consecutive references that count up by one;
 how often the passage with the answer was shown past the fifth reference and, when it was, how
-often the answer named it; trajectory recall against recall (what choosing lost). Prints figures;
-asserts nothing.
+often the answer named it; trajectory recall against recall (what choosing lost). With
+`--trajectories` (the teacher's episodes as SFT replays them in the student's view) only the
+counting figures: what the student was shown to do. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def choice_figures(choices: list[Choice]) -> dict[str, float]:
         "answers": len(answered),
         "begin_with_1": sum(c.answered[0] == 1 for c in answered) / n,
         "first_references": sum(c.answered == list(range(1, len(c.answered) + 1)) for c in answered) / n,
+        "past_first_search": sum(max(c.answered) > FIRST_SEARCH for c in answered) / n,
         "counting_pairs": sum(b == a + 1 for a, b in pairs) / (len(pairs) or 1),
         "answer_shown_late": len(late),
         "late_answer_chosen": sum(bool(c.answer_references.intersection(c.answered)) for c in late) / (len(late) or 1),
@@ -67,13 +70,24 @@ def shown_references(trajectory) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", type=Path, required=True, help="a bench output folder (with report.json)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", type=Path, help="a bench output folder (with report.json)")
+    source.add_argument("--trajectories", type=Path,
+                        help="a trajectories file without scores, e.g. a run's training/sft_trajectories.jsonl (the "
+                             "teacher in the student's view): the counting figures only")
     parser.add_argument("--policy", default=None, help="the candidate (default: the run's first)")
     parser.add_argument("--tasks", type=Path, default=None,
                         help="the questions' file (default: the one the run names; a learning-bench row ran the dev file)")
     args = parser.parse_args(argv)
 
     from agent.trajectory import read_jsonl
+
+    if args.trajectories:
+        choices = [_choice(t, frozenset(), args.trajectories) for t in read_jsonl(args.trajectories)]
+        print(f"{args.trajectories}: {len(choices)} episodes")
+        _print_counting(choice_figures(choices))
+        return 0
+
     from evaluation.bootstrap import bootstrap_mean
     from evaluation.external import read_records, tasks_from_records
 
@@ -89,18 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     scores = {row["trajectory_id"]: row for row in map(json.loads, Path(report["files"]["scores"][policy]).read_text().splitlines())}
     choices, found = [], {"own": [], "forced": []}
     for trajectory in read_jsonl(report["files"]["trajectories"][policy]):
-        if trajectory.config.get("view") != "compact":
-            raise SystemExit(f"{args.run}: {policy} ran in the {trajectory.config.get('view')!r} view; references exist only in the compact view")
-        numbers = shown_references(trajectory)
         gold = golds.get(trajectory.task_id)
         if gold is None:
             raise SystemExit(f"{args.run}: question {trajectory.task_id} is not in {tasks_file}; pass the run's file with --tasks")
         answer_docs = gold.answer_doc_ids or gold.doc_ids  # no single answer passage: any gold one
-        shown = frozenset(number for chunk_id, number in numbers.items() if trajectory.chunk_docs.get(chunk_id) in answer_docs)
-        forced = any(turn.forced_final for turn in trajectory.turns)
-        kept = [numbers[doc.chunk_id] for doc in trajectory.final_ranking if doc.chunk_id in numbers]
-        choices.append(Choice(kept, shown, forced))
-        found["forced" if forced else "own"].append(scores[trajectory.id]["answer_found"])
+        choice = _choice(trajectory, answer_docs, args.run)
+        choices.append(choice)
+        found["forced" if choice.forced else "own"].append(scores[trajectory.id]["answer_found"])
     rows = list(scores.values())
     figures = choice_figures(choices)
     print(f"{args.run}: {policy}, {len(choices)} episodes")
@@ -109,13 +118,28 @@ def main(argv: list[str] | None = None) -> int:
             interval = bootstrap_mean(values)
             print(f"- answered {'at the forced final' if kind == 'forced' else 'on its own'}: {len(values)}, answer found "
                   f"{interval.mean:.3f} [{interval.low:.2f}, {interval.high:.2f}]")
-    print(f"- answers that begin with [1]: {figures['begin_with_1']:.2f} of {figures['answers']}; exactly [1] ... [n] (the first "
-          f"passages shown): {figures['first_references']:.2f}; consecutive references counting up by one: {figures['counting_pairs']:.2f}")
+    _print_counting(figures)
     print(f"- the answer's passage first shown past reference [{FIRST_SEARCH}]: {figures['answer_shown_late']} episodes; "
           f"the answer named it in {figures['late_answer_chosen']:.2f} of them")
     print(f"- trajectory recall {sum(r['trajectory_recall'] for r in rows) / len(rows):.3f}, recall "
           f"{sum(r['recall'] for r in rows) / len(rows):.3f}: choosing lost the difference")
     return 0
+
+
+def _choice(trajectory, answer_docs: frozenset[str], source: Path) -> Choice:
+    if trajectory.config.get("view") != "compact":
+        raise SystemExit(f"{source}: trajectory {trajectory.id} ran in the {trajectory.config.get('view')!r} view; "
+                         "references exist only in the compact view")
+    numbers = shown_references(trajectory)
+    shown = frozenset(number for chunk_id, number in numbers.items() if trajectory.chunk_docs.get(chunk_id) in answer_docs)
+    kept = [numbers[doc.chunk_id] for doc in trajectory.final_ranking if doc.chunk_id in numbers]
+    return Choice(kept, shown, forced=any(turn.forced_final for turn in trajectory.turns))
+
+
+def _print_counting(figures: dict[str, float]) -> None:
+    print(f"- answers that begin with [1]: {figures['begin_with_1']:.2f} of {figures['answers']}; exactly [1] ... [n] (the first "
+          f"passages shown): {figures['first_references']:.2f}; naming a reference past [{FIRST_SEARCH}]: "
+          f"{figures['past_first_search']:.2f}; consecutive references counting up by one: {figures['counting_pairs']:.2f}")
 
 
 if __name__ == "__main__":

@@ -14,4 +14,5 @@ def test_counting_answers_and_a_missed_late_passage_are_told_apart_from_a_chosen
     assert figures["begin_with_1"] == 1 / 3
     assert figures["first_references"] == 1 / 3
     assert figures["counting_pairs"] == 4 / 7  # 1-2, 2-3, 3-4, 4-5 of 4 + 2 + 1 pairs
+    assert figures["past_first_search"] == 1 / 3
     assert figures["answer_shown_late"] == 2 and figures["late_answer_chosen"] == 0.5
