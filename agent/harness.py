@@ -38,6 +38,7 @@ from agent.prompts import (
     PRUNE_CHUNKS,
     SOFT_HINT,
     USAGE_LINE,
+    VIEWS,
     prompt_version,
     system_prompt,
     tool_schemas,
@@ -65,7 +66,8 @@ class PolicyError(RuntimeError):
 
 
 class ProfileError(ValueError):
-    """A harness profile that cannot run with this policy (it does not fit the model's window)."""
+    """A harness profile that cannot run with this policy (it does not fit the model's window, or
+    the policy cannot read its view)."""
 
 
 class HarnessConfig(HarnessSettings):
@@ -153,6 +155,7 @@ class Harness:
         self.tools = tool_schemas(self.config.view)
         self.tool_tokens = tool_overhead_tokens(policy, self.counter, self.tools)
         self.config.check_window(context_window(policy), self.tool_tokens)
+        check_view(policy, self.config.view)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._system = system_prompt(
@@ -396,6 +399,18 @@ def context_window(policy: Policy) -> int | None:
     """The policy's context window in tokens, when it has one it can tell without loading weights."""
     window = getattr(policy, "context_window", None)
     return window() if callable(window) else None
+
+
+def check_view(policy: Policy, view: str) -> None:
+    """Raise `ProfileError` when `policy` cannot read `view`. A scripted policy parses what the
+    harness renders; in a view it cannot parse it would see no results and answer that nothing was
+    found, a zero that reads like a score. Models read any view; a policy says otherwise with `readable_views`."""
+    views = getattr(policy, "readable_views", VIEWS)
+    if view not in views:
+        raise ProfileError(
+            f"the {policy.name} policy reads only the {' or '.join(views)} view and cannot run in the {view!r} view "
+            f"(set by harness overrides, e.g. a customer file's benchmark.harness.view: checkpoints carry their own "
+            f"view in their profile, so it need not be set there)")
 
 
 def tool_overhead_tokens(policy: Policy, counter: TokenCounter, tools: list[dict[str, Any]]) -> int:

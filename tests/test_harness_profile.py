@@ -204,3 +204,13 @@ def test_a_markdown_title_line_is_not_shown_twice():
     rendered = render_compact_chunk(4, "Cecil Parker", "# Cecil Parker\n\nCecil Parker was an English actor.", set())
     assert rendered == "[4] Cecil Parker: Cecil Parker was an English actor.\n"
     assert render_compact_chunk(1, "T", "No heading here.", set()) == "[1] T: No heading here.\n"
+
+
+def test_the_heuristic_cannot_run_in_a_view_it_cannot_read(tiny_index):
+    """In the compact view the heuristic would parse no results and answer that nothing was found:
+    a zero that reads like a score. It is a ProfileError naming the view instead."""
+    from agent.policies.heuristic import HeuristicPolicy
+
+    with pytest.raises(ProfileError, match=r"heuristic policy reads only the full view.*'compact' view.*benchmark\.harness\.view"):
+        run_episode(tiny_index, HeuristicPolicy(), "salmon", COMPACT)
+    assert run_episode(tiny_index, HeuristicPolicy(), "salmon", COMPACT.model_copy(update={"view": "full"})).final_ranking

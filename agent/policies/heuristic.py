@@ -38,7 +38,7 @@ import math
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from agent.final_answer import format_final_answer
 from agent.policies.heuristic_text import (
@@ -459,6 +459,9 @@ class HeuristicEpisode:
 class HeuristicPolicy:
     """Factory of heuristic episodes; counts tokens with the embedding model's word pieces."""
 
+    # It parses the full view's chunk blocks (ids, whole texts); the compact view shows neither.
+    # As an SFT teacher it runs in the full view and its episodes are replayed in the student's.
+    readable_views: ClassVar[tuple[str, ...]] = ("full",)
     name: str = "heuristic"
     hops: int = 2
     max_docs: int = 10
