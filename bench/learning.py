@@ -313,7 +313,8 @@ def main() -> None:
                              "size's SFT steps are added to what it was trained with; the run's home is suffixed with it")
     parser.add_argument("--student", type=Path, default=None, metavar="ADAPTER",
                         help="evaluate this adapter folder (a shipped searcher) as the SFT row instead of training "
-                             "one: no corpus, tasks, training, CISPO or synthetic rows; the run's home is suffixed with it")
+                             "one: no corpus, tasks, training or CISPO, and synthetic rows only with --synth-of; the run's home "
+                             "is suffixed with it")
     parser.add_argument("--synth-of", type=Path, default=None, metavar="RUN",
                         help="with --student: also measure its mean reward on the held-out synthetic test split of "
                              "the training run whose --work folder is RUN (it holds that customer's tasks and index)")
