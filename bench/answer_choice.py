@@ -59,13 +59,15 @@ def choice_figures(choices: list[Choice]) -> dict[str, float]:
 
 
 def shown_references(trajectory) -> dict[str, int]:
-    """Chunk id -> reference number, assigned as the compact view does (first shown, in call order)."""
-    numbers: dict[str, int] = {}
+    """Chunk id -> reference number, replayed through the compact view's own numbering (first shown, in call order)."""
+    from agent.compact_view import References
+
+    references = References()
     for turn in trajectory.turns:
         for call in turn.tool_calls:
             for chunk_id in call.result_chunk_ids:
-                numbers.setdefault(chunk_id, len(numbers) + 1)
-    return numbers
+                references.assign(chunk_id)
+    return references.by_chunk
 
 
 def main(argv: list[str] | None = None) -> int:
