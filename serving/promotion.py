@@ -7,9 +7,12 @@ Input: the `benchmark_report` asset's summary, `{suite: {policy spec: metrics}}`
 1. ranks the *eligible* candidates on the test split: answer found, ties by recall, then fewer
    mean prompt tokens (then the one already served, so equal numbers never churn the service);
 2. promotes the best one when nothing is served yet (it is the best we have measured);
-3. otherwise promotes it only if it beats the served policy on test answer found by at least
-   `margin` AND no suite (test or external) regresses by more than `tolerance` on any of
-   `regression_metrics`.
+3. otherwise promotes the best-ranked candidate that beats the served policy on test answer
+   found by at least `margin` AND regresses on no suite (test or external) by more than
+   `tolerance` on any of `regression_metrics`. A candidate that wins the test split but loses an
+   external suite is passed over, not a veto on the ones ranked below it: a checkpoint trained
+   further on the synthetic tasks can gain on their test split and lose on real questions while
+   its sibling gains on both (measured on the learning benchmark: `passed_over` lists them).
 
 Eligibility: only what the search service can run as a policy. The single-shot baselines
 (`bm25`, `dense`, `hybrid`) are yardsticks, not agents: they are in every report but could
@@ -70,6 +73,16 @@ DecisionStatus = Literal["first_promotion", "promoted", "already_served", "margi
                          "no_served_numbers", "no_candidate"]
 
 
+class PassedOver(BaseModel):
+    """A candidate ranked above the decision's that met the margin and regressed on some suite."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    test_gain: float
+    regressions: list[str]  # "suite/metric" beyond tolerance
+
+
 class PromotionDecision(BaseModel):
     """What the gate decided and every number behind it (the asset's metadata, the CLI's output)."""
 
@@ -87,6 +100,7 @@ class PromotionDecision(BaseModel):
     comparisons: list[SuiteComparison] = Field(default_factory=list)
     regressions: list[str] = Field(default_factory=list)  # "suite/metric" beyond tolerance
     ranking: list[RankedCandidate] = Field(default_factory=list)  # eligible candidates, best first
+    passed_over: list[PassedOver] = Field(default_factory=list)  # better-ranked candidates that regressed
     ineligible: dict[str, str] = Field(default_factory=dict)  # spec -> why it was not considered
     settings: PromotionSettings = Field(default_factory=PromotionSettings)
 
@@ -210,26 +224,60 @@ def decide(results: Results, served: ServedRecord | None, settings: PromotionSet
         return PromotionDecision(promoted=False, status="no_served_numbers", **common,
                                  reason=f"kept {served.policy}: it has no {suite} answer-found figure in this report or "
                                         f"its record, so {best.name} cannot be compared; add it to the benchmark's policies")
+    passed_over: list[PassedOver] = []
+    blocked: PromotionDecision | None = None
+    for candidate in ranking:
+        if candidate.name == served.policy:
+            break  # ranked by answer found: nothing below the served policy beats it
+        gain = candidate.answer_found - theirs
+        if gain + _EPS < settings.margin or gain <= 0:
+            break  # nor by the margin, below a candidate that does not
+        decision = _judge(candidate, gain, results, served, served_metrics, source, settings, common)
+        if decision.promoted:
+            return decision.model_copy(update={"passed_over": passed_over, "reason": decision.reason + _passed_over_note(passed_over)})
+        blocked = blocked or decision
+        passed_over.append(PassedOver(name=candidate.name, test_gain=gain, regressions=decision.regressions))
+    if blocked is not None:
+        also = passed_over[1:]
+        return blocked.model_copy(update={"passed_over": also, "reason": blocked.reason + _passed_over_note(also, "also regressing")})
     gain = best.answer_found - theirs
     comparisons = compare_suites(candidate_metrics, served_metrics, settings)
+    return PromotionDecision(promoted=False, status="margin_not_met", test_gain=gain, comparisons=comparisons,
+                             regressions=[f"{c.suite}/{c.metric}" for c in comparisons if c.regressed], **common,
+                             reason=f"kept {served.policy}: {best.name} reaches {best.answer_found:.3f} vs {theirs:.3f} "
+                                    f"answer found on the {suite} split ({gain:+.3f}), short of the {settings.margin:.3f} margin")
+
+
+def _judge(candidate: RankedCandidate, gain: float, results: Results, served: ServedRecord,
+           served_metrics: dict[str, dict[str, float]], source: str, settings: PromotionSettings,
+           common: dict[str, Any]) -> PromotionDecision:
+    """One candidate that meets the margin: promoted unless some suite regresses beyond tolerance."""
+    suite = settings.test_suite
+    candidate_metrics = metrics_by_suite(results, candidate.name)
+    comparisons = compare_suites(candidate_metrics, served_metrics, settings)
     regressions = [f"{c.suite}/{c.metric}" for c in comparisons if c.regressed]
-    common.update(test_gain=gain, comparisons=comparisons, regressions=regressions)
-    numbers = f"{best.answer_found:.3f} vs {theirs:.3f} answer found on the {suite} split ({gain:+.3f}"
-    if gain + _EPS < settings.margin or gain <= 0:
-        return PromotionDecision(promoted=False, status="margin_not_met", **common,
-                                 reason=f"kept {served.policy}: {best.name} reaches {numbers}), short of the "
-                                        f"{settings.margin:.3f} margin")
+    fields = {**common, "candidate": candidate.name, "candidate_metrics": candidate_metrics, "test_gain": gain,
+              "comparisons": comparisons, "regressions": regressions}
+    theirs = served_metrics[suite]["answer_found"]
+    numbers = f"{candidate.answer_found:.3f} vs {theirs:.3f} answer found on the {suite} split ({gain:+.3f}"
     if regressions:
         worst = ", ".join(f"{c.suite} {c.metric} {c.candidate:.3f} vs {c.served:.3f} ({c.delta:+.3f})"
                           for c in comparisons if c.regressed)
-        return PromotionDecision(promoted=False, status="regression", **common,
-                                 reason=f"kept {served.policy}: {best.name} beats it with {numbers}) but regresses beyond "
+        return PromotionDecision(promoted=False, status="regression", **fields,
+                                 reason=f"kept {served.policy}: {candidate.name} beats it with {numbers}) but regresses beyond "
                                         f"the {settings.tolerance:.3f} tolerance on {worst}")
     checked = sorted({c.suite for c in comparisons})
-    return PromotionDecision(promoted=True, status="promoted", **common,
-                             reason=f"{best.name} replaces {served.policy}: {numbers}, margin {settings.margin:.3f}); "
+    return PromotionDecision(promoted=True, status="promoted", **fields,
+                             reason=f"{candidate.name} replaces {served.policy}: {numbers}, margin {settings.margin:.3f}); "
                                     f"no regression beyond {settings.tolerance:.3f} on {', '.join(checked)} "
                                     f"(served numbers from the {'current report' if source == 'report' else 'served record'})")
+
+
+def _passed_over_note(passed_over: list[PassedOver], label: str = "passed over, ranked higher but regressing") -> str:
+    if not passed_over:
+        return ""
+    names = "; ".join(f"{p.name} ({p.test_gain:+.3f} on test, regressed on {', '.join(p.regressions)})" for p in passed_over)
+    return f"; {label}: {names}"
 
 
 def decision_table(decision: PromotionDecision) -> str:

@@ -94,6 +94,38 @@ def test_rejects_a_regression_on_an_external_suite_beyond_tolerance():
     assert "multihop_sample" in decision.reason and "tolerance" in decision.reason
 
 
+RL = "transformers:/ckpt/rl"
+
+
+def test_a_regressing_top_candidate_is_passed_over_for_the_next_that_passes():
+    # The learning benchmark's case: CISPO tops the synthetic test split and loses the real questions,
+    # a sibling SFT continuation gains on both; the served searcher must not be stuck behind the first.
+    report = results({SFT: m(0.50), CISPO: m(0.70), RL: m(0.60)}, {SFT: m(0.40), CISPO: m(0.30), RL: m(0.45)})
+    decision = decide(report, served(SFT, 0.50, 0.40), PromotionSettings(margin=0.01, tolerance=0.02))
+    assert decision.promoted and decision.status == "promoted"
+    assert decision.candidate == RL and decision.test_gain == pytest.approx(0.10)
+    assert decision.candidate_metrics["multihop_sample"]["answer_found"] == 0.45
+    assert [(p.name, p.regressions) for p in decision.passed_over] == [(CISPO, ["multihop_sample/answer_found"])]
+    assert decision.passed_over[0].test_gain == pytest.approx(0.20)
+    assert f"passed over, ranked higher but regressing: {CISPO}" in decision.reason
+
+
+def test_when_every_candidate_regresses_the_best_one_is_reported_and_the_others_listed():
+    report = results({SFT: m(0.50), CISPO: m(0.70), RL: m(0.60)}, {SFT: m(0.40), CISPO: m(0.30), RL: m(0.35)})
+    decision = decide(report, served(SFT, 0.50, 0.40), PromotionSettings(margin=0.01, tolerance=0.02))
+    assert not decision.promoted and decision.status == "regression"
+    assert decision.candidate == CISPO and decision.regressions == ["multihop_sample/answer_found"]
+    assert [p.name for p in decision.passed_over] == [RL]
+    assert f"also regressing: {RL}" in decision.reason
+
+
+def test_no_candidate_below_the_margin_is_considered_after_a_regression():
+    report = results({SFT: m(0.50), CISPO: m(0.70), RL: m(0.505)}, {SFT: m(0.40), CISPO: m(0.30), RL: m(0.45)})
+    decision = decide(report, served(SFT, 0.50, 0.40), PromotionSettings(margin=0.01, tolerance=0.02))
+    assert not decision.promoted and decision.status == "regression"
+    assert decision.candidate == CISPO and decision.passed_over == []
+
+
 def test_a_drop_within_tolerance_is_not_a_regression():
     report = results({SFT: m(0.50), CISPO: m(0.70)}, {SFT: m(0.40), CISPO: m(0.39)})
     decision = decide(report, served(SFT, 0.50, 0.40), PromotionSettings(tolerance=0.02))
