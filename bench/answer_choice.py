@@ -11,9 +11,9 @@ hybrid's top five whatever it read after; one that chooses returns the passages 
 answer wherever they were shown. This prints, for the run's episodes: answers given on the model's
 own and at the harness's forced final, with answer found for each; the share of answers (the documents
 the harness kept from them) that begin with `[1]`, that are exactly `[1]` ... `[n]`, and of
-consecutive references that count up by one;
-how often the passage with the answer was shown past the fifth reference and, when it was, how
-often the answer named it; trajectory recall against recall (what choosing lost). With
+consecutive references that count up by one; answer found for answers that are exactly the first
+references and for the rest (does choosing pay?); how often the passage with the answer was shown
+past the fifth reference and, when it was, how often the answer named it; trajectory recall against recall (what choosing lost). With
 `--trajectories` (the teacher's episodes as SFT replays them in the student's view) only the
 counting figures: what the student was shown to do. Prints figures; asserts nothing.
 """
@@ -50,12 +50,21 @@ def choice_figures(choices: list[Choice]) -> dict[str, float]:
     return {
         "answers": len(answered),
         "begin_with_1": sum(c.answered[0] == 1 for c in answered) / n,
-        "first_references": sum(c.answered == list(range(1, len(c.answered) + 1)) for c in answered) / n,
+        "first_references": sum(is_first_references(c.answered) for c in answered) / n,
         "past_first_search": sum(max(c.answered) > FIRST_SEARCH for c in answered) / n,
         "counting_pairs": sum(b == a + 1 for a, b in pairs) / (len(pairs) or 1),
         "answer_shown_late": len(late),
         "late_answer_chosen": sum(bool(c.answer_references.intersection(c.answered)) for c in late) / (len(late) or 1),
     }
+
+
+def is_first_references(answered: list[int]) -> bool:
+    """The answer is `[1] [2] ... [n]`: the first passages shown, in the order shown."""
+    return answered == list(range(1, len(answered) + 1))
+
+
+def _mean(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.3f}" if values else "-"
 
 
 def shown_references(trajectory) -> dict[str, int]:
@@ -104,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     golds = {task.task_id: task.gold for task in tasks_from_records(read_records(tasks_file))}
     scores = {row["trajectory_id"]: row for row in map(json.loads, Path(report["files"]["scores"][policy]).read_text().splitlines())}
     choices, found = [], {"own": [], "forced": []}
+    by_counting: dict[bool, list[float]] = {True: [], False: []}  # answer is exactly [1] ... [n], or not
     for trajectory in read_jsonl(report["files"]["trajectories"][policy]):
         gold = golds.get(trajectory.task_id)
         if gold is None:
@@ -112,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         choice = _choice(trajectory, answer_docs, args.run)
         choices.append(choice)
         found["forced" if choice.forced else "own"].append(scores[trajectory.id]["answer_found"])
+        if choice.answered:
+            by_counting[is_first_references(choice.answered)].append(scores[trajectory.id]["answer_found"])
     rows = list(scores.values())
     figures = choice_figures(choices)
     print(f"{args.run}: {policy}, {len(choices)} episodes")
@@ -121,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- answered {'at the forced final' if kind == 'forced' else 'on its own'}: {len(values)}, answer found "
                   f"{interval.mean:.3f} [{interval.low:.2f}, {interval.high:.2f}]")
     _print_counting(figures)
+    counted, chosen = by_counting[True], by_counting[False]
+    print(f"- answer found when the answer is exactly [1] ... [n]: {_mean(counted)} of {len(counted)}; "
+          f"when it is not: {_mean(chosen)} of {len(chosen)}")
     print(f"- the answer's passage first shown past reference [{FIRST_SEARCH}]: {figures['answer_shown_late']} episodes; "
           f"the answer named it in {figures['late_answer_chosen']:.2f} of them")
     print(f"- trajectory recall {sum(r['trajectory_recall'] for r in rows) / len(rows):.3f}, recall "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.answer_choice import Choice, choice_figures
+from bench.answer_choice import Choice, choice_figures, is_first_references
 
 
 def test_counting_answers_and_a_missed_late_passage_are_told_apart_from_a_chosen_one():
@@ -16,3 +16,8 @@ def test_counting_answers_and_a_missed_late_passage_are_told_apart_from_a_chosen
     assert figures["counting_pairs"] == 4 / 7  # 1-2, 2-3, 3-4, 4-5 of 4 + 2 + 1 pairs
     assert figures["past_first_search"] == 1 / 3
     assert figures["answer_shown_late"] == 2 and figures["late_answer_chosen"] == 0.5
+
+
+def test_only_the_first_references_in_the_order_shown_count_as_counting():
+    assert is_first_references([1, 2, 3]) and is_first_references([1])
+    assert not is_first_references([2, 3]) and not is_first_references([1, 3]) and not is_first_references([2, 1])
