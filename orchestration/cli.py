@@ -294,7 +294,7 @@ def _sync_exit_code(payload: dict[str, Any]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="searchsmith", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="searchsmith", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -267,3 +267,11 @@ def test_the_demo_prints_a_short_run_and_logs_the_rest(tmp_path_factory):
     log = next(Path(line.removeprefix("event log: ")) for line in lines if line.startswith("event log: "))
     events = log.read_text()
     assert "customer_lineage served_model STEP_SUCCESS" in events and "PIPELINE_SUCCESS" in events
+
+
+def test_top_level_help_says_where_runs_go_and_what_json_prints():
+    from orchestration.cli import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "Dagster instance under `$SEARCHSMITH_HOME/dagster`, so every CLI run shows in the UI" in text
+    assert "`--json` prints exactly one JSON object on stdout" in text
