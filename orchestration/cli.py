@@ -299,12 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, func, human, help_text: str, parent=sub):
-        command = parent.add_parser(name, help=help_text)
+        command = parent.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:] + ".")
         command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         command.set_defaults(func=func, human=human)
         return command
 
-    customers = sub.add_parser("customers", help="register and list customers").add_subparsers(dest="action", required=True)
+    customers = sub.add_parser("customers", help="register and list customers", description="Register and list customers.").add_subparsers(dest="action", required=True)
     add("list", cmd_customers_list, _human_customers, "list customers", customers)
     add("add", cmd_customers_add, _human_customers, "register a customer file", customers).add_argument("file")
     sync = add("sync", cmd_sync, _human_sync, "incremental resync of a customer's sources (exit 1 if a source could not be listed)")
@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = add("serve", cmd_serve, _human_serve, "promote the best benchmarked checkpoint through the regression gate")
     serve.add_argument("customer")
     serve.add_argument("--rollback", action="store_true", help="restore the previously served policy")
-    keys = sub.add_parser("keys", help="API keys of the search service").add_subparsers(dest="action", required=True)
+    keys = sub.add_parser("keys", help="API keys of the search service", description="API keys of the search service.").add_subparsers(dest="action", required=True)
     add("create", cmd_keys_create, _human_key, "create an API key for a customer (shown once)", keys).add_argument("customer")
     add("list", cmd_keys_list, _human_keys, "list a customer's API key ids and creation times (never secrets)", keys).add_argument("customer")
     add("revoke", cmd_keys_revoke, _human_revoked, "revoke an API key by its id", keys).add_argument("key_id", metavar="ID")

@@ -275,3 +275,22 @@ def test_top_level_help_says_where_runs_go_and_what_json_prints():
     text = " ".join(build_parser().format_help().split())
     assert "Dagster instance under `$SEARCHSMITH_HOME/dagster`, so every CLI run shows in the UI" in text
     assert "`--json` prints exactly one JSON object on stdout" in text
+
+
+def test_every_subcommand_help_says_what_it_does():
+    import argparse
+
+    from orchestration.cli import build_parser
+
+    def commands(parser: argparse.ArgumentParser):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, command in action.choices.items():
+                    yield name, command
+                    yield from ((f"{name} {sub}", inner) for sub, inner in commands(command))
+
+    found = dict(commands(build_parser()))
+    assert {"bench", "finetune", "customers add", "keys revoke"} <= set(found)
+    for name, command in found.items():
+        assert command.description and command.description.endswith("."), f"searchsmith {name} --help: {command.description!r}"
+    assert found["bench"].description.startswith("Benchmark policies on a task file")
