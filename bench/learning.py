@@ -1,7 +1,7 @@
 """The learning curve of the recipe on real questions it never trained on.
 
     .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
-        [--sft-steps N] [--teacher-tasks N] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
+        [--sft-steps N] [--teacher-tasks N] [--final-answer-weight W] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
     .venv/bin/python bench/learning.py --size cpu --question-style natural --student ADAPTER [--synth-of RUN [--skip-dev]]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
@@ -111,7 +111,8 @@ def write_corpus(records_path: Path, folder: Path) -> int:
     return documents.height
 
 
-def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze", init_adapter: str | None = None) -> Path:
+def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze", init_adapter: str | None = None,
+                  final_answer_weight: float = 1.0) -> Path:
     """The learning customer. With `init_adapter` (a packaged searcher's name) SFT continues that
     adapter, in its own shape, with the data drawn in the next order (the seed its last run used,
     plus one): the searchers this project ships were trained by this script on the same tasks, and
@@ -129,7 +130,7 @@ def customer_file(work: Path, size: Size, name: str, question_style: str = "cloz
             "teacher": {"policy": "heuristic", "k_rollouts": 1, "max_tasks": size.teacher_tasks, "workers": 1},
             "lora": {"rank": size.lora_rank, "alpha": 2 * size.lora_rank},
             "sft": {"max_length": 4096, "max_steps": size.sft_steps, "batch_size": 1, "grad_accum": size.grad_accum,
-                    "learning_rate": size.learning_rate},
+                    "learning_rate": size.learning_rate, "final_answer_weight": final_answer_weight},
             "rl": {"steps": size.rl_steps, "group_size": size.group_size, "tasks_per_step": size.rl_tasks_per_step,
                    "substeps": 1, "max_new_tokens": size.max_new_tokens, "rollout_workers": 1, "checkpoint_every": 1,
                    "learning_rate": 2e-5, "temperature": 1.0},
@@ -325,8 +326,15 @@ def main() -> None:
     parser.add_argument("--teacher-tasks", type=int, default=None, metavar="N",
                         help="train tasks the teacher runs instead of the size's (more distinct episodes for the "
                              "same SFT steps: the teacher took 55 s for all 578 tasks on 2 cores, SFT steps are the time)")
+    parser.add_argument("--final-answer-weight", type=float, default=1.0, metavar="W",
+                        help="SFT loss weight of the final answer's tokens against the tool calls' (sft.final_answer_weight; "
+                             "the answer is about 15 of 2,500 tokens of an episode); the run's home is suffixed with it")
     args = parser.parse_args()
     size = SIZES[args.size]
+    if args.final_answer_weight <= 0:
+        parser.error(f"--final-answer-weight {args.final_answer_weight}: must be positive")
+    if args.final_answer_weight != 1.0 and args.student:
+        parser.error("--final-answer-weight shapes SFT; --student trains nothing")
     if args.sft_steps is not None:
         if args.sft_steps < 1:
             parser.error(f"--sft-steps {args.sft_steps}: must be at least 1")
@@ -343,6 +351,8 @@ def main() -> None:
     label = args.size if args.question_style == "cloze" else f"{args.size}-{args.question_style}"
     if args.init_adapter:
         label += f"-from-{args.init_adapter}"
+    if args.final_answer_weight != 1.0:
+        label += f"-answer-weight-{args.final_answer_weight:g}"
     if args.student:
         if args.init_adapter:
             parser.error("--student evaluates an adapter as it is; --init-adapter trains one")
@@ -391,7 +401,8 @@ def main() -> None:
     else:
         print(f"[{args.size}] corpus, tasks and training in {work}", file=sys.stderr)
         n_docs = write_corpus(records, work / "customers" / "corpus")
-        customer = customer_file(work / "customers", size, name, args.question_style, args.init_adapter)
+        customer = customer_file(work / "customers", size, name, args.question_style, args.init_adapter,
+                                 args.final_answer_weight)
         stage = time.perf_counter()
         cli(["customers", "add", str(customer)], env, log)
         synced = cli(["sync", name], env, log)

@@ -171,6 +171,31 @@ def test_dataset_is_input_ids_and_labels(tokenizer, trajectory):
     assert len(samples.select(1, seed=1).samples) == 1
 
 
+def test_the_final_answer_mask_covers_exactly_the_answers_labels(tokenizer, trajectory):
+    samples = build_samples([trajectory], tokenizer, max_length=100_000).samples
+    assert [s.turn_indices for s in samples] == [(0, 1), (2,)], "the prune ends the first sequence"
+    assert samples[0].n_final_tokens == 0, "tool-call turns are not answers"
+    marked = [i for i, flag in enumerate(samples[1].final_mask) if flag]
+    assert marked == _spans(samples[1])[-1] and len(samples[1].final_mask) == len(samples[1].labels)
+
+
+def test_loss_weights_favour_the_answer_and_average_one_over_the_labels(tokenizer, trajectory):
+    from training.sft_samples import SFTSample
+
+    # A merged episode in miniature: prompt, a tool call's 3 tokens, prompt, the answer's 2 tokens.
+    sample = SFTSample("t", None, 0, list(range(10)), [IGNORE_INDEX, IGNORE_INDEX, 5, 6, 7, IGNORE_INDEX, IGNORE_INDEX, 8, 9,
+                                                      IGNORE_INDEX], (0, 1), (0, 0, 0, 0, 0, 0, 0, 1, 1, 0))
+    weights = sample.loss_weights(4.0)
+    assert weights == pytest.approx([0, 0, 5 / 11, 5 / 11, 5 / 11, 0, 0, 20 / 11, 20 / 11, 0])
+    assert sum(weights) == pytest.approx(sample.n_loss_tokens), "labelled tokens average 1"
+    assert sample.loss_weights(1.0) == [0.0 if label == IGNORE_INDEX else 1.0 for label in sample.labels]
+    samples = build_samples([trajectory], tokenizer, max_length=100_000)
+    assert "loss_weights" not in samples.to_dataset().column_names, "weight 1 trains on TRL's own columns"
+    dataset = samples.to_dataset(4.0)
+    assert dataset.column_names == ["input_ids", "labels", "loss_weights"]
+    assert dataset[1]["loss_weights"] == pytest.approx(samples.samples[1].loss_weights(4.0))
+
+
 def test_a_template_that_rewrites_the_prompt_is_refused(tokenizer, trajectory):
     import copy
 

@@ -210,3 +210,36 @@ def test_bf16_sft_on_cpu_keeps_fp32_lora_weights_and_learns_like_fp32(samples, m
     assert first_bf16 != first_fp32, "...computed in bf16 (an fp32 run repeats the fp32 loss exactly)"
     losses = [loss for _, loss in bf16.loss_curve]
     assert losses[-1] < losses[0] - 0.5, "bf16 autocast still trains the adapter"
+
+
+def test_a_final_answer_weight_scales_the_answers_share_of_the_loss(samples, model_dir, tmp_path):
+    """Step 1's loss (LoRA's B is zero) is the base model's weighted loss: the weights reach the
+    loss aligned with the labels, and the answer's tokens count `final_answer_weight` times."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    weight = 4.0
+    sft = SFT.model_copy(update={"max_steps": 2, "final_answer_weight": weight})
+    result = train_sft(samples[0], str(model_dir), tmp_path / "weighted", lora=LORA, sft=sft)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    plain = weighted = 0.0
+    count = 0
+    with torch.no_grad():
+        for sample in samples[0].samples:
+            logits = model(input_ids=torch.tensor([sample.input_ids])).logits[0, :-1]
+            labels = torch.tensor(sample.labels[1:])
+            keep = labels != IGNORE_INDEX
+            losses = torch.nn.functional.cross_entropy(logits[keep], labels[keep], reduction="none")
+            weights = torch.tensor(sample.loss_weights(weight)[1:])[keep]
+            plain += losses.sum().item()
+            weighted += (losses * weights).sum().item()
+            count += int(keep.sum())
+    merged = samples[0].samples[0]
+    labelled = [i for i, label in enumerate(merged.labels) if label != IGNORE_INDEX]
+    marked = [i for i, flag in enumerate(merged.final_mask) if flag]
+    assert marked and marked == labelled[-len(marked):] and len(marked) < len(labelled), \
+        "in the merged episode only the answer, its last labelled tokens, is marked"
+    assert result.loss_curve[0][1] == pytest.approx(weighted / count, rel=1e-3)
+    assert abs(weighted - plain) / count > 0.01, "the weights changed the loss"
+    assert result.metrics["final_answer_weight"] == weight and result.metrics["final_answer_loss_tokens"] > 0
+    assert json.loads((tmp_path / "weighted" / SIDECAR).read_text())["config"]["sft"]["final_answer_weight"] == weight

@@ -168,9 +168,11 @@ def train_sft(
     from agent.policies.model_family import load_options, lora_targets
     from core.base_models import profile_for
     from training.lora_shape import lora_shape
+    from training.weighted_sft_loss import WeightPaddingCollator, weighted_sft_trainer_class
 
     lora = lora or LoraSettings()
     sft = sft or SFTSettings()
+    weighted = sft.final_answer_weight != 1.0
     if not samples.samples:
         raise ValueError(f"no training samples ({len(samples.overlong)} longer than max_length {samples.max_length})")
     model_dir = resolve_base_model(base_model)
@@ -212,11 +214,15 @@ def train_sft(
                 **_renamed_args(SFTConfig, checkpointing, sft.warmup_ratio),
                 max_length=None, dataset_kwargs={"skip_prepare_dataset": True}, packing=False,
                 dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty(),
+                remove_unused_columns=not weighted,  # the weights column reaches the collator
             )
             curve = _loss_curve_callback()
-            trainer = SFTTrainer(
-                model=model, args=args, train_dataset=samples.to_dataset(), processing_class=tokenizer,
-                peft_config=peft_config, callbacks=[curve],
+            trainer_class, collator = SFTTrainer, None
+            if weighted:
+                trainer_class, collator = weighted_sft_trainer_class(), WeightPaddingCollator(tokenizer.pad_token_id)
+            trainer = trainer_class(
+                model=model, args=args, train_dataset=samples.to_dataset(sft.final_answer_weight),
+                processing_class=tokenizer, peft_config=peft_config, callbacks=[curve], data_collator=collator,
             )
             started = time.perf_counter()
             output = trainer.train()
@@ -240,6 +246,8 @@ def train_sft(
         "overlong": len(samples.overlong),
         "tokens": tokens,
         "loss_tokens": sum(s.n_loss_tokens for s in samples.samples),
+        "final_answer_loss_tokens": sum(s.n_final_tokens for s in samples.samples),
+        "final_answer_weight": sft.final_answer_weight,
         "wall_s": round(wall, 2),
         "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None,
         "device": device,

@@ -28,6 +28,10 @@ sequence that would pass `max_length` is closed and the next turn starts a new o
 counted by kind (search, grep, read, prune, final): when every turn of a kind present in the data
 is too long, `build_samples` raises, naming the kind and the length that would fit, instead of
 silently training a student that never sees, say, a final answer.
+
+Each sample also marks which of its loss tokens belong to a final answer (`final_mask`): in a
+merged episode the answer is about 15 of some 2,500 tokens, and the loss can weigh it more
+(`SFTSettings.final_answer_weight`, `loss_weights`) without a second copy of the sequence.
 """
 
 from __future__ import annotations
@@ -75,10 +79,27 @@ class SFTSample:
     input_ids: list[int]
     labels: list[int]
     turn_indices: tuple[int, ...] = ()
+    final_mask: tuple[int, ...] = ()  # 1 on the loss tokens of a final answer, aligned with labels
 
     @property
     def n_loss_tokens(self) -> int:
         return sum(1 for label in self.labels if label != IGNORE_INDEX)
+
+    @property
+    def n_final_tokens(self) -> int:
+        return sum(self.final_mask)
+
+    def loss_weights(self, final_answer_weight: float) -> list[float]:
+        """Per-token loss weights: 0 off the labels, `final_answer_weight` on a final answer's
+        tokens and 1 on the rest, scaled so the labelled tokens average 1. The trainer sums
+        weighted token losses over the batch's label count, as it sums unweighted ones, so the
+        loss keeps its scale and only the share of the answer changes."""
+        mask = self.final_mask or (0,) * len(self.labels)
+        raw = [0.0 if label == IGNORE_INDEX else (final_answer_weight if final else 1.0)
+               for label, final in zip(self.labels, mask)]
+        labelled = self.n_loss_tokens
+        scale = labelled / sum(raw) if labelled else 1.0
+        return [weight * scale for weight in raw]
 
 
 @dataclass(frozen=True)
@@ -112,6 +133,7 @@ class SampleSet:
             "samples": len(self.samples),
             "tokens": sum(lengths),
             "loss_tokens": sum(s.n_loss_tokens for s in self.samples),
+            "final_answer_loss_tokens": sum(s.n_final_tokens for s in self.samples),
             "max_tokens": max(lengths, default=0),
             "mean_tokens": round(sum(lengths) / len(lengths), 1) if lengths else 0.0,
             "max_length": self.max_length,
@@ -121,14 +143,18 @@ class SampleSet:
             "overlong_samples": [f"{o.trajectory_id}#{o.turn_index}: {o.n_tokens}" for o in self.overlong[:50]],
         }
 
-    def to_dataset(self):
-        """`input_ids` + `labels` columns, the pre-tokenized form TRL's SFTTrainer trains on as is."""
+    def to_dataset(self, final_answer_weight: float = 1.0):
+        """`input_ids` + `labels` columns, the pre-tokenized form TRL's SFTTrainer trains on as is;
+        with a final-answer weight other than 1, also `loss_weights` (`SFTSample.loss_weights`)."""
         from datasets import Dataset
 
-        return Dataset.from_dict({
+        columns = {
             "input_ids": [s.input_ids for s in self.samples],
             "labels": [s.labels for s in self.samples],
-        })
+        }
+        if final_answer_weight != 1.0:
+            columns["loss_weights"] = [s.loss_weights(final_answer_weight) for s in self.samples]
+        return Dataset.from_dict(columns)
 
 
 def assistant_message(turn: Turn) -> Message:
@@ -214,16 +240,19 @@ def build_samples(trajectories: Sequence[Trajectory], tokenizer: Any, max_length
     for trajectory in trajectories:
         open_ids: list[int] = []
         open_labels: list[int] = []
+        open_final: list[int] = []
         open_turns: list[int] = []
 
         def close() -> None:
             if open_turns:
                 samples.append(SFTSample(trajectory.id, trajectory.task_id, open_turns[0], list(open_ids),
-                                         list(open_labels), tuple(open_turns)))
+                                         list(open_labels), tuple(open_turns), tuple(open_final)))
 
         for turn in trajectory.turns:
             prompt, reply, tools = turn_chat(trajectory, turn)
             input_ids, labels = tokenize_turn(tokenizer, prompt, reply, tools, end_ids)
+            is_final = "final" in turn_kinds(turn)
+            final = [int(is_final and label != IGNORE_INDEX) for label in labels]
             for kind in turn_kinds(turn):
                 kinds.setdefault(kind, {"kept": 0, "dropped": 0})
             if len(input_ids) > max_length:
@@ -232,17 +261,18 @@ def build_samples(trajectories: Sequence[Trajectory], tokenizer: Any, max_length
                     kinds[kind]["dropped"] += 1
                     shortest_dropped[kind] = min(shortest_dropped.get(kind, len(input_ids)), len(input_ids))
                 close()
-                open_ids, open_labels, open_turns = [], [], []
+                open_ids, open_labels, open_final, open_turns = [], [], [], []
                 continue
             for kind in turn_kinds(turn):
                 kinds[kind]["kept"] += 1
             if open_turns and input_ids[: len(open_ids)] == open_ids:
                 # The earlier turns' replies are prompt tokens here: give them their labels back.
                 labels = [old if old != IGNORE_INDEX else new for old, new in zip(open_labels, labels)] + labels[len(open_labels):]
-                open_ids, open_labels, open_turns = input_ids, labels, [*open_turns, turn.index]
+                final = [max(old, new) for old, new in zip(open_final, final)] + final[len(open_final):]
+                open_ids, open_labels, open_final, open_turns = input_ids, labels, final, [*open_turns, turn.index]
                 continue
             close()
-            open_ids, open_labels, open_turns = input_ids, labels, [turn.index]
+            open_ids, open_labels, open_final, open_turns = input_ids, labels, final, [turn.index]
         close()
     lost = [kind for kind, counts in kinds.items() if counts["kept"] == 0 and counts["dropped"]]
     if lost:
