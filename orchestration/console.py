@@ -206,6 +206,9 @@ class RunConsole:
     def _print(self, text: str) -> None:
         with self.lock:
             self._clear_status()
+            if self._foreign_line_at is not None:  # a library's bar left its line open: ours starts a new one
+                self.stream.write("\n")
+                self._foreign_line_at = None
             self.stream.write(text + "\n")
             self.stream.flush()
             self._draw_status()
@@ -241,6 +244,7 @@ class RunConsole:
         self.stream.write("\r" + text)
         self.stream.flush()
         self._status_width = len(text)
+        self._foreign_line_at = None  # a quiet bar's line now holds the status line, which is cleared before we print
 
     def _tick(self) -> None:
         while not self._stop.wait(0.25):
@@ -337,7 +341,7 @@ class _StatusDetail(logging.Handler):
 
 
 class _Terminal:
-    """sys.stderr during a live session: other writers go through `RunConsole.foreign_write`."""
+    """sys.stderr during a session: other writers go through `RunConsole.foreign_write`."""
 
     def __init__(self, console: RunConsole, real: TextIO):
         self.console, self.real = console, real
@@ -399,12 +403,13 @@ def console_session(home: Path, command: str, *, verbose: bool, live: bool, stre
             handler.addFilter(quiet)
     logging.captureWarnings(True)
     token = _active.set(console)
-    terminal = _Terminal(console, stream) if live else None
+    # Library bars and our own stderr handlers go through the console, live or not: the status
+    # line makes way for them, and a step's line never lands at the end of a bar's open line.
+    terminal = _Terminal(console, stream)
     saved_stderr, saved_streams = sys.stderr, [(handler, handler.stream) for handler in stderr_handlers]
-    if terminal is not None:  # library bars and our own stderr handlers make way for the status line
-        sys.stderr = terminal
-        for handler in stderr_handlers:
-            handler.setStream(terminal)
+    sys.stderr = terminal
+    for handler in stderr_handlers:
+        handler.setStream(terminal)
     console.start()
     # What libraries print (a trainer's log dicts, download notes) is for the log file too.
     printed = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(_Printed(console))
@@ -414,10 +419,9 @@ def console_session(home: Path, command: str, *, verbose: bool, live: bool, stre
     finally:
         _active.reset(token)
         console.stop()
-        if terminal is not None:
-            sys.stderr = saved_stderr
-            for handler, original in saved_streams:
-                handler.setStream(original)
+        sys.stderr = saved_stderr
+        for handler, original in saved_streams:
+            handler.setStream(original)
         logging.captureWarnings(False)
         root.removeHandler(file_handler)
         root.removeHandler(detail)

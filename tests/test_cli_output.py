@@ -86,6 +86,27 @@ def test_the_status_line_makes_way_for_a_library_bar(tmp_path):
     assert sys.stderr is not None and not sys.stderr.__class__.__name__ == "_Terminal"
 
 
+def test_a_step_line_starts_its_own_line_after_an_open_bar(tmp_path):
+    """Piped (no status line), a library bar that has not ended its line must not swallow the
+    next step's line: scripts and tests find steps by their line's first word."""
+    import io
+    import sys
+
+    from tqdm import tqdm
+
+    from orchestration.console import console_session
+
+    screen = io.StringIO()
+    with console_session(tmp_path, "demo", verbose=False, live=False, stream=screen) as console:
+        bar = tqdm(total=4, desc="Writing model shards", file=sys.stderr, mininterval=0)
+        bar.update(1)  # its line is open: no newline yet
+        console._print("served_model      promoted: test  0s")
+        bar.close()
+    lines = screen.getvalue().splitlines()
+    assert any("Writing model shards" in line for line in lines)
+    assert "served_model      promoted: test  0s" in lines
+
+
 # -- through the real CLI on a small customer --------------------------------------------------
 
 
@@ -254,6 +275,7 @@ def test_the_demo_prints_a_short_run_and_logs_the_rest(tmp_path_factory):
     env.pop("SEARCHSMITH_ARTIFACTS", None)
     result = subprocess.run([*CLI, "demo"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     shown = result.stdout
+    print(shown)  # whole in pytest's captured output when an assertion below fails
     assert result.returncode == 0, shown[-4000:]
     lines = shown.strip().splitlines()
     assert len(lines) < 60, shown
