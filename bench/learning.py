@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
         [--sft-steps N] [--teacher-tasks N] [--final-answer-weight W] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
-    .venv/bin/python bench/learning.py --size cpu --question-style natural --student ADAPTER [--synth-of RUN [--skip-dev]]
+    .venv/bin/python bench/learning.py --size cpu --question-style natural --student ADAPTER [--synth-of RUN [--skip-dev]] [--dev-rows hybrid,sft]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
 1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
@@ -279,6 +279,9 @@ def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -
     return remember(out / f"synth-{name}" / "row.json", key, row)
 
 
+DEV_ROWS = ("hybrid", "heuristic", "base", "sft", "sft+cispo")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     def ci(value, bounds):
         return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]" if value is not None else "-"
@@ -321,6 +324,11 @@ def main() -> None:
                              "the training run whose --work folder is RUN (it holds that customer's tasks and index)")
     parser.add_argument("--skip-dev", action="store_true",
                         help="with --synth-of: measure only the synthetic split, not the dev-question rows")
+    parser.add_argument("--dev-rows", type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+                        default=None, metavar="ROWS",
+                        help=f"evaluate only these dev-question rows (comma-separated, of {', '.join(DEV_ROWS)}), e.g. "
+                             "'hybrid,sft' for one adapter's row without the base model's; each row is cached, so a "
+                             "later run without it adds the rest")
     parser.add_argument("--sft-steps", type=int, default=None, metavar="N",
                         help="SFT optimizer steps instead of the size's (a longer run where time allows)")
     parser.add_argument("--teacher-tasks", type=int, default=None, metavar="N",
@@ -370,6 +378,13 @@ def main() -> None:
             synth_customer = run_customer(args.synth_of)
         except ValueError as error:
             parser.error(f"--synth-of {error}")
+    if args.dev_rows is not None:
+        unknown = sorted(set(args.dev_rows) - set(DEV_ROWS))
+        if unknown or not args.dev_rows:
+            parser.error(f"--dev-rows {','.join(args.dev_rows)}: {'unknown row(s) ' + ', '.join(unknown) if unknown else 'no row'}; "
+                         f"the rows are {', '.join(DEV_ROWS)}")
+        if args.skip_dev:
+            parser.error("--dev-rows chooses dev-question rows; --skip-dev runs none")
     if args.skip_dev and args.synth_of is None:
         parser.error("--skip-dev leaves only the synthetic split, which needs --synth-of RUN")
     work = (args.work or REPO / ".searchsmith" / f"learning-{label}").resolve()
@@ -432,14 +447,12 @@ def main() -> None:
         profile = {k: v for k, v in harness_for(sft_spec).profile().items() if k != "prompt_version"}
         turn_cap = {"max_turns": PROFILE["max_turns"]}
         stage = time.perf_counter()
-        rows = [
-            run_row("hybrid", "hybrid", bench.tasks, bench.index, out, None, size),
-            run_row("heuristic", "heuristic", bench.tasks, bench.index, out, turn_cap, size),
-            run_row("base", "transformers:smollm2", bench.tasks, bench.index, out, profile, size),
-            run_row("sft", sft_spec, bench.tasks, bench.index, out, turn_cap, size),
-        ]
+        planned = [("hybrid", "hybrid", None), ("heuristic", "heuristic", turn_cap),
+                   ("base", "transformers:smollm2", profile), ("sft", sft_spec, turn_cap)]
         if rl_spec and not args.skip_rl_dev_row:
-            rows.append(run_row("sft+cispo", rl_spec, bench.tasks, bench.index, out, turn_cap, size))
+            planned.append(("sft+cispo", rl_spec, turn_cap))
+        rows = [run_row(row, spec, bench.tasks, bench.index, out, overrides, size)
+                for row, spec, overrides in planned if args.dev_rows is None or row in args.dev_rows]
         timings["eval_s"] = time.perf_counter() - stage
 
     synth: list[dict[str, Any]] = []

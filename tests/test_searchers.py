@@ -93,3 +93,17 @@ def test_a_student_is_measured_on_the_synthetic_split_of_the_run_it_names(tmp_pa
     customer_file(tmp_path / "customers", SIZES["smoke"], "learning-smoke", "cloze")
     with pytest.raises(ValueError, match="found 2 customer files"):
         run_customer(tmp_path)
+
+
+def test_a_learning_run_names_a_dev_row_it_does_not_know():
+    """`bench/learning.py --dev-rows` picks rows by name (one adapter's row without the base
+    model's half hour); a misspelt row is refused with the rows there are, before any work."""
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "learning.py"
+    result = subprocess.run([sys.executable, str(bench), "--dev-rows", "hybrid,bse"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "unknown row(s) bse" in result.stderr and "hybrid, heuristic, base, sft, sft+cispo" in result.stderr
+    result = subprocess.run([sys.executable, str(bench), "--dev-rows", "sft", "--skip-dev"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--skip-dev runs none" in result.stderr
