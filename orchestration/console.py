@@ -206,12 +206,17 @@ class RunConsole:
     def _print(self, text: str) -> None:
         with self.lock:
             self._clear_status()
-            if self._foreign_line_at is not None:  # a library's bar left its line open: ours starts a new one
-                self.stream.write("\n")
-                self._foreign_line_at = None
+            self._end_foreign_line()
             self.stream.write(text + "\n")
             self.stream.flush()
             self._draw_status()
+
+    def _end_foreign_line(self) -> None:
+        """A library's bar left its line open (no newline yet): what we write next starts a new
+        line, so scripts still find our lines by their first word."""
+        if self._foreign_line_at is not None:
+            self.stream.write("\n")
+            self._foreign_line_at = None
 
     def _clear_status(self) -> None:
         if self.live and self._status_width:
@@ -263,6 +268,7 @@ class RunConsole:
             self._ticker.join(timeout=2)
         with self.lock:
             self._clear_status()
+            self._end_foreign_line()  # the `checks` line and the session's `event log:` line start their own
             if self.checks:
                 failed = sorted(name for name, passed in self.checks.items() if not passed)
                 self.stream.write(f"{'checks':<{self.name_width}} {len(self.checks) - len(failed)} of {len(self.checks)} passed"
