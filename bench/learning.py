@@ -17,7 +17,8 @@ What it does, as a customer would (every step is the `searchsmith` CLI in its ow
    teacher, the untrained base, SFT and SFT+CISPO (model rows under the SFT checkpoint's profile),
    then the students on the customer's held-out synthetic test split (mean reward, as RL sees it).
 
-It prints one table (answer found and recall with 95% bootstrap intervals, the share of episodes
+It prints one table (answer found and recall with 95% bootstrap intervals, each row's answer found
+minus hybrid's with a paired interval over the same questions, the share of episodes
 with a parseable final answer, the share of valid tool calls, mean prompt tokens, wall time) and
 writes `learning.json` and the per-row reports under `--out`. Stages that already ran in `--work`
 are reused by the pipeline itself (same inputs, same adapter), so a rerun resumes.
@@ -255,6 +256,30 @@ def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str
     return remember(out / name / "row.json", key, row)
 
 
+def task_scores(row_dir: Path, metric: str = "answer_found") -> dict[str, float]:
+    """One row's per-question `metric`, from the scores file its benchmark report wrote."""
+    files = sorted((row_dir / "scores").glob("*.jsonl"))
+    if len(files) != 1:
+        raise FileNotFoundError(f"{row_dir / 'scores'}: expected one scores file, found {len(files)}")
+    records = [json.loads(line) for line in files[0].read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {record["task_id"]: float(record[metric]) for record in records}
+
+
+def add_paired_differences(rows: list[dict[str, Any]], out: Path, baseline: str = "hybrid") -> None:
+    """Each row's answer found minus the baseline row's on the same questions, with a paired
+    bootstrap interval (`vs_hybrid`, `vs_hybrid_ci`): whether a student beats hybrid is read from
+    this interval, not from two overlapping ones."""
+    from evaluation.bootstrap import paired_difference
+
+    if not any(row["row"] == baseline for row in rows):
+        return
+    theirs = task_scores(out / baseline)
+    for row in rows:
+        if row["row"] != baseline:
+            difference = paired_difference(task_scores(out / row["row"]), theirs)
+            row[f"vs_{baseline}"], row[f"vs_{baseline}_ci"] = difference.mean, difference.as_list()
+
+
 def synth_rewards(name: str, spec: str, tasks, backend, out: Path, size: Size) -> dict[str, Any]:
     """Mean reward (the RL reward at the benchmark's k, beta 2) of a student on held-out synthetic tasks."""
     from agent.trajectory import read_jsonl
@@ -286,12 +311,16 @@ def table(rows: list[dict[str, Any]]) -> str:
     def ci(value, bounds):
         return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]" if value is not None else "-"
 
-    lines = ["| row | answer found [95% CI] | recall [95% CI] | parseable final | valid tool calls | tool calls/ep | prompt tokens/ep | wall s |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    def difference(r):
+        value = r.get("vs_hybrid")
+        return f"{value:+.3f} [{r['vs_hybrid_ci'][0]:+.3f}, {r['vs_hybrid_ci'][1]:+.3f}]" if value is not None else "-"
+
+    lines = ["| row | answer found [95% CI] | minus hybrid [paired 95% CI] | recall [95% CI] | parseable final | valid tool calls | tool calls/ep | prompt tokens/ep | wall s |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         valid = f"{r['valid_tool_calls']:.2f}" if r.get("valid_tool_calls") is not None else "-"
         tokens = f"{r['mean_prompt_tokens']:,.0f}" if r.get("mean_prompt_tokens") is not None else "-"
-        lines.append(f"| {r['row']} | {ci(r['answer_found'], r['answer_found_ci'])} | {ci(r['recall'], r['recall_ci'])} | "
+        lines.append(f"| {r['row']} | {ci(r['answer_found'], r['answer_found_ci'])} | {difference(r)} | {ci(r['recall'], r['recall_ci'])} | "
                      f"{r['parseable_final']:.2f} | {valid} | {r['tool_calls']:.1f} | {tokens} | {r['wall_s']:.0f} |")
     return "\n".join(lines)
 
@@ -453,6 +482,7 @@ def main() -> None:
             planned.append(("sft+cispo", rl_spec, turn_cap))
         rows = [run_row(row, spec, bench.tasks, bench.index, out, overrides, size)
                 for row, spec, overrides in planned if args.dev_rows is None or row in args.dev_rows]
+        add_paired_differences(rows, out)
         timings["eval_s"] = time.perf_counter() - stage
 
     synth: list[dict[str, Any]] = []

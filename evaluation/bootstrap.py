@@ -8,7 +8,7 @@ diffed and a regression gate does not flap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,3 +51,24 @@ def bootstrap_mean(
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return Interval(mean, float(low), float(high), int(data.size))
+
+
+def paired_difference(
+    ours: Mapping[str, float],
+    theirs: Mapping[str, float],
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = DEFAULT_SEED,
+) -> Interval:
+    """Mean of `ours - theirs` over the same tasks, with a percentile interval that resamples tasks.
+
+    Why paired: two rows on the same questions share most of their variance (an easy question is
+    easy for both), so the interval of the difference is far narrower than the two rows'
+    intervals side by side suggest; whether a student beats a baseline is a question about the
+    difference. Both must score exactly the same tasks: a missing task is an error, not a skip.
+    """
+    missing = sorted(set(ours) ^ set(theirs))
+    if missing:
+        raise ValueError(f"paired difference over different tasks: {len(missing)} scored on one side only, e.g. {missing[:3]}")
+    tasks = sorted(ours)
+    return bootstrap_mean([ours[task] - theirs[task] for task in tasks], resamples=resamples, confidence=confidence, seed=seed)

@@ -10,7 +10,7 @@ import pytest
 from agent.trajectory import RankedDocument, ToolCallRecord, Trajectory, Turn
 from core.text_match import answer_form, contains_answer
 from evaluation.answers import answer_doc_ids
-from evaluation.bootstrap import bootstrap_mean
+from evaluation.bootstrap import bootstrap_mean, paired_difference
 from evaluation.metrics import Gold, f_beta, score_trajectory
 
 
@@ -144,6 +144,22 @@ def test_bootstrap_is_deterministic_under_a_seed():
     assert other.mean == first.mean
     assert bootstrap_mean([0.4]).low == bootstrap_mean([0.4]).high == 0.4
     assert math.isnan(bootstrap_mean([]).mean)
+
+
+def test_a_paired_difference_is_narrower_than_the_two_intervals_side_by_side():
+    """Two rows on the same 60 questions, one better on 6 of them: the rows' own intervals
+    overlap widely, the paired interval of the difference excludes zero."""
+    tasks = [f"q{i}" for i in range(60)]
+    theirs = {task: float(i % 2) for i, task in enumerate(tasks)}  # half the questions
+    ours = {task: 1.0 if i < 12 else theirs[task] for i, task in enumerate(tasks)}  # and 6 more
+    difference = paired_difference(ours, theirs)
+    assert difference.mean == pytest.approx(0.1) and difference.n == 60
+    assert 0.0 < difference.low < 0.1 < difference.high
+    a, b = bootstrap_mean(list(ours.values())), bootstrap_mean(list(theirs.values()))
+    assert a.low < b.high  # side by side, the two rows' intervals overlap
+    assert paired_difference(theirs, theirs).as_list() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="q59"):
+        paired_difference({task: 1.0 for task in tasks[:-1]}, theirs)  # a question scored on one side only
 
 
 def test_ids_only_named_in_the_answer_do_not_count_for_trajectory_recall():

@@ -107,3 +107,29 @@ def test_a_learning_run_names_a_dev_row_it_does_not_know():
     assert "unknown row(s) bse" in result.stderr and "hybrid, heuristic, base, sft, sft+cispo" in result.stderr
     result = subprocess.run([sys.executable, str(bench), "--dev-rows", "sft", "--skip-dev"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--skip-dev runs none" in result.stderr
+
+
+def test_a_learning_table_reads_each_row_against_hybrid_on_the_same_questions(tmp_path):
+    """Each row's answer found minus hybrid's, paired by question, from the scores files the
+    rows' reports wrote; a row scored on other questions is an error, not a silent mismatch."""
+    import json
+
+    import pytest
+
+    from bench.learning import add_paired_differences, table
+
+    def write(row: str, found: list[float]) -> dict:
+        (tmp_path / row / "scores").mkdir(parents=True)
+        lines = [json.dumps({"task_id": f"q{i}", "answer_found": value}) for i, value in enumerate(found)]
+        (tmp_path / row / "scores" / f"{row}.jsonl").write_text("\n".join(lines) + "\n")
+        return {"row": row, "answer_found": sum(found) / len(found), "answer_found_ci": [0.0, 1.0], "recall": 0.5,
+                "recall_ci": [0.0, 1.0], "parseable_final": 1.0, "valid_tool_calls": None, "tool_calls": 1.0, "wall_s": 1.0}
+
+    rows = [write("hybrid", [1, 0, 1, 0]), write("sft", [1, 1, 1, 0])]
+    add_paired_differences(rows, tmp_path)
+    assert "vs_hybrid" not in rows[0] and rows[1]["vs_hybrid"] == pytest.approx(0.25)
+    printed = table(rows).splitlines()
+    assert "minus hybrid" in printed[0] and "| +0.250 [" in printed[3] and printed[2].split("|")[3].strip() == "-"
+    rows.append(write("base", [0, 0, 0]))
+    with pytest.raises(ValueError, match="one side only"):
+        add_paired_differences(rows, tmp_path)
