@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -32,12 +33,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
 class LocalSource(_Strict):
     type: Literal["local"]
     path: str
     include: list[str] = Field(default_factory=lambda: ["**/*"])
     exclude: list[str] = Field(default_factory=list)
     name: str | None = None
+
+    _path_given = field_validator("path")(_not_blank)
 
 
 class S3Source(_Strict):
@@ -57,6 +66,16 @@ class S3Source(_Strict):
     read_timeout_s: float = Field(20.0, gt=0)
     max_attempts: int = Field(3, ge=1, le=10)
 
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_is_a_name(cls, value: str) -> str:
+        """A bucket is a bare name: `docs/2024` or `s3://docs` would fail only at the first sync,
+        as a missing bucket."""
+        if not value.strip() or any(ch.isspace() for ch in value) or "/" in value or ":" in value:
+            raise ValueError(f"{value!r} is not a bucket name (no spaces, '/' or ':'); put a folder in `prefix`, "
+                             "an address in `endpoint_url`")
+        return value
+
 
 class GitHubSource(_Strict):
     type: Literal["github"]
@@ -66,6 +85,8 @@ class GitHubSource(_Strict):
     include: list[str] = Field(default_factory=lambda: ["**/*"])
     exclude: list[str] = Field(default_factory=list)
     name: str | None = None
+
+    _url_given = field_validator("url", "branch")(_not_blank)
 
 
 class WebSource(_Strict):
@@ -79,6 +100,17 @@ class WebSource(_Strict):
     use_sitemap: bool = True
     user_agent: str = "SearchsmithBot/0.1"
     name: str | None = None
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_are_web_addresses(cls, value: list[str]) -> list[str]:
+        """The crawler only follows http(s) pages on its seeds' hosts: a seed without a scheme or
+        host would give an empty scope, and an empty sync rather than an error."""
+        for seed in value:
+            parts = urlsplit(seed)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"seed {seed!r} is not an http(s) address with a host, e.g. https://example.com/docs/")
+        return value
 
 
 Source = Annotated[LocalSource | S3Source | GitHubSource | WebSource, Field(discriminator="type")]

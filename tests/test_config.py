@@ -38,6 +38,13 @@ def test_design_example_loads_and_resolves_relative_paths(tmp_path):
         (VALID.replace('"0 4 * * *"', '"daily"'), "schedule"),
         (VALID.replace("type: s3,", "type: ftp,"), "sources.1"),
         (VALID.replace("bucket: b, ", ""), "sources.1.s3.bucket"),
+        # Values a sync would only trip over later (an empty scope, a missing bucket): refused here.
+        (VALID.replace("path: ./docs", 'path: " "'), "sources.0.local.path: must not be empty"),
+        (VALID.replace("bucket: b,", 'bucket: "docs/2024",'), "sources.1.s3.bucket: 'docs/2024' is not a bucket name"),
+        (VALID.replace("bucket: b,", 'bucket: "s3://b",'), "put a folder in `prefix`"),
+        (VALID.replace('url: "https://github.com/org/repo.git"', 'url: ""'), "sources.2.github.url: must not be empty"),
+        (VALID.replace('"https://example.com/docs/"', '"example.com/docs"'), "sources.3.web.seeds: seed 'example.com/docs'"),
+        (VALID.replace('"https://example.com/docs/"', '"ftp://example.com/"'), "is not an http(s) address"),
     ],
 )
 def test_errors_name_file_and_field(tmp_path, text, field):
