@@ -21,10 +21,17 @@ from evaluation.tasks import Task
 
 def file_kind(path: str | Path) -> str:
     """`external` (question/answer/paragraphs) or `synth` (SynthTask records), from the first record."""
+    if not Path(path).is_file():
+        raise ValueError(f"{path}: task file not found")
     with Path(path).open(encoding="utf-8") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if line.strip():
-                row = json.loads(line)
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}:{number}: not a JSON record ({error})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{number}: a record is a JSON object, not {type(row).__name__}")
                 if "paragraphs" in row:
                     return "external"
                 if "supporting_items" in row:
@@ -38,11 +45,17 @@ def read_synth_tasks(path: str | Path, split: str | None = "test", limit: int | 
     from synth.schema import SynthTask
 
     tasks = []
+    from pydantic import ValidationError
+
     with Path(path).open(encoding="utf-8") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            task = SynthTask.model_validate_json(line)
+            try:
+                task = SynthTask.model_validate_json(line)
+            except ValidationError as error:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in error.errors()[:3])
+                raise ValueError(f"{path}:{number}: not a synthetic task ({problems})") from None
             if task.passed_verification and (split is None or task.split == split):
                 tasks.append(task)
                 if limit is not None and len(tasks) >= limit:

@@ -142,6 +142,25 @@ def test_synth_tasks_become_bench_tasks_with_facts(tmp_path):
     assert tasks[0].group == "2-hop"
 
 
+def test_a_task_file_that_cannot_be_read_names_the_file_and_line(tmp_path):
+    from evaluation.synth_tasks import file_kind, read_synth_tasks
+
+    with pytest.raises(ValueError, match="absent.jsonl: task file not found"):
+        file_kind(tmp_path / "absent.jsonl")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('\n{"question": "cut off\n')
+    with pytest.raises(ValueError, match=r"broken.jsonl:2: not a JSON record"):
+        file_kind(broken)
+    broken.write_text("[1, 2]\n")
+    with pytest.raises(ValueError, match=r"broken.jsonl:1: a record is a JSON object, not list"):
+        file_kind(broken)
+    path = _synth_file(tmp_path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], '{"id": "s9", "supporting_items": 3}', *lines[1:]]) + "\n")
+    with pytest.raises(ValueError, match=r"\.jsonl:2: not a synthetic task \(supporting_items: Input should be a valid array"):
+        read_synth_tasks(path, split=None)
+
+
 def test_bench_command_on_synth_tasks_needs_and_uses_a_backend(tmp_path):
     from evaluation.bench import run_bench_command
 
