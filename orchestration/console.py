@@ -115,6 +115,16 @@ def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
+def check_reason(description: str | None, metadata: dict[str, Any] | None, limit: int = 240) -> str:
+    """Why a check failed, in one line: its description, else its figures (`by_split {'train':
+    0, ...}, min_per_split 5`), so a person sees what to change without opening the UI."""
+    if description:
+        text = " ".join(description.split())
+    else:
+        text = ", ".join(f"{key} {_plain(value)}" for key, value in (metadata or {}).items())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 # -- the log file format -----------------------------------------------------------------------
 
 
@@ -178,7 +188,8 @@ class RunConsole:
             if step:
                 self.check_steps.add(step)
             if not check.passed:
-                self._print(f"  check {check.check_name} FAILED on {check.asset_key.to_user_string()}")
+                why = check_reason(check.description, check.metadata)
+                self._print(f"  check {check.check_name} FAILED on {check.asset_key.to_user_string()}" + (f": {why}" if why else ""))
         elif event.is_step_up_for_retry and step:
             self._print(f"  {step}: retrying ({(event.message or '').splitlines()[0][:160]})")
         elif (event.is_step_success or event.is_step_failure) and step:

@@ -74,12 +74,17 @@ def to_dataset(tasks: Iterable[SynthTask]):
     """A `datasets.Dataset` with one row per task and declared features."""
     from datasets import Dataset
 
-    return Dataset.from_list([task_record(task) for task in tasks], features=task_features())
+    records, features = [task_record(task) for task in tasks], task_features()
+    if not records:  # from_list([]) loses the declared columns and then refuses its own features
+        return Dataset.from_dict({column: [] for column in features}, features=features)
+    return Dataset.from_list(records, features=features)
 
 
 def save_dataset(tasks: Iterable[SynthTask], path: str | Path) -> Path:
     """`Dataset.save_to_disk` (reload with `datasets.load_from_disk`)."""
-    to_dataset(tasks).save_to_disk(str(path))
+    dataset = to_dataset(tasks)
+    # An empty dataset saved with the default sharding writes no data file, and then does not load.
+    dataset.save_to_disk(str(path), num_shards=1 if dataset.num_rows == 0 else None)
     return Path(path)
 
 

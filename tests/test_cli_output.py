@@ -130,6 +130,37 @@ def test_the_closing_lines_start_their_own_lines_after_an_open_bar(tmp_path):
     assert lines[-2].split() == ["checks", "1", "of", "1", "passed"] and lines[-1].startswith("event log: "), lines
 
 
+def test_a_failed_check_says_why_on_its_line(tmp_path):
+    """A blocking check that fails prints its figures (or its description) on its line, so the
+    person sees what to change; a real in-process Dagster run through the session's listener."""
+    import io
+
+    import dagster as dg
+
+    from orchestration.console import console_session, job_run_options
+
+    @dg.asset
+    def verified_tasks():
+        return None
+
+    @dg.asset_check(asset=verified_tasks, blocking=True)
+    def enough_verified_tasks_per_split():
+        return dg.AssetCheckResult(passed=False, metadata={"by_split": {"train": 0, "dev": 0, "test": 0}, "min_per_split": 5})
+
+    @dg.asset_check(asset=verified_tasks)
+    def described():
+        return dg.AssetCheckResult(passed=False, description="12 quotes\nnot found", metadata={"bad": ["t1: q"]})
+
+    job = dg.Definitions(assets=[verified_tasks], asset_checks=[enough_verified_tasks_per_split, described]).resolve_implicit_global_asset_job_def()
+    instance = dg.DagsterInstance.ephemeral()
+    screen = io.StringIO()
+    with console_session(tmp_path, "tasks", verbose=False, live=False, stream=screen):
+        job.execute_in_process(instance=instance, raise_on_error=False, **job_run_options(instance))
+    lines = screen.getvalue().splitlines()
+    assert "  check enough_verified_tasks_per_split FAILED on verified_tasks: by_split {'train': 0, 'dev': 0, 'test': 0}, min_per_split 5" in lines
+    assert "  check described FAILED on verified_tasks: 12 quotes not found" in lines
+
+
 # -- through the real CLI on a small customer --------------------------------------------------
 
 

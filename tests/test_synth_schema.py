@@ -80,6 +80,16 @@ def test_export_as_a_hugging_face_dataset_round_trips(tmp_path):
     assert distractor_table([make_task(1)]).height == 0
 
 
+def test_no_verified_tasks_is_an_empty_dataset_with_the_same_columns(tmp_path):
+    """A corpus that yields no task (empty, or nothing verifiable) still exports: `verified_tasks`
+    materializes with zero rows and its blocking check says why, instead of `datasets` failing
+    with a schema mismatch."""
+    empty = to_dataset([])
+    assert empty.num_rows == 0 and empty.features == to_dataset([make_task(1)]).features
+    save_dataset([], tmp_path / "ds")
+    assert datasets.load_from_disk(str(tmp_path / "ds")).num_rows == 0
+
+
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_every_domain_has_a_pack_that_renders(domain):
     pack = load_pack(domain)
