@@ -10,7 +10,7 @@ import dagster as dg
 
 from assets.partitions import customers_partitions
 from assets.resources import PipelineResources, pipeline_resources
-from core.layout import benchmark_summary_key, chunks_key, final_tasks_key, source_status_key, synthetic_key
+from core.layout import benchmark_summary_key, chunks_key, final_tasks_key, source_status_key, synthetic_key, verified_key
 from core.registry import CustomerRegistry
 from orchestration.errors import CliError, JobFailed
 
@@ -152,6 +152,14 @@ def run_finetune(customer: str, stage: str) -> dict[str, Any]:
     CustomerRegistry().get(customer)  # an unknown customer (or a bad file) is named as such, not as "no tasks"
     store = resources().store.get()
     if not store.exists(final_tasks_key(customer)):
+        if store.exists(verified_key(customer)):  # tasks ran and stopped at its check: say what it found
+            from synth.per_customer import load_tasks
+
+            verified = load_tasks(store, verified_key(customer))
+            by_split = ", ".join(f"{split} {sum(task.split == split for task in verified)}" for split in ("train", "dev", "test"))
+            raise CliError(f"customer {customer!r} has too few verified tasks to train on ({by_split}): the last "
+                           f"`searchsmith tasks {customer}` stopped at its check; more documents (`searchsmith sync "
+                           f"{customer}`) or more task seeds (tasks.max_seeds in the customer file) give more")
         raise CliError(f"no verified tasks for customer {customer!r} yet: run `searchsmith tasks {customer}` first")
     if stage == "rl" and read_manifest(store, customer, "sft") is None:
         LOG.warning("no SFT checkpoint for %s: CISPO starts from a fresh LoRA on the base model", customer)

@@ -187,3 +187,21 @@ def test_sync_reports_each_source_and_exits_1_when_one_cannot_be_listed(customer
     assert payload["failed_sources"] == ["s3:gone/"]
     human = _human_sync(payload)
     assert "FAILED  s3:gone/" in human and "ok      local:./docs" in human
+
+
+def test_a_corpus_without_tasks_stops_at_the_check_and_finetune_says_why(tmp_path, searchsmith_home):
+    """An empty corpus: `tasks` materializes zero verified tasks and stops at its blocking check,
+    whose line says what it counted; `finetune` then names the shortfall, not "run tasks first"."""
+    folder = tmp_path / "customers"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "empty.yaml").write_text("name: empty\nsources:\n  - {type: local, path: ./docs}\n")
+    env = {**os.environ, "SEARCHSMITH_CUSTOMERS_DIR": str(folder)}
+    synced = subprocess.run([*CLI, "sync", "empty"], env=env, capture_output=True, text=True, timeout=900)
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    tasks = subprocess.run([*CLI, "tasks", "empty"], env=env, capture_output=True, text=True, timeout=900)
+    assert tasks.returncode == 1 and "Keys mismatch" not in tasks.stderr, tasks.stderr[-3000:]
+    assert "verified_tasks    0 verified tasks (train 0, dev 0, test 0)" in tasks.stderr
+    assert "  check enough_verified_tasks_per_split FAILED on verified_tasks: by_split {'train': 0, 'dev': 0, 'test': 0}" in tasks.stderr
+    finetune = subprocess.run([*CLI, "finetune", "empty", "--stage", "sft", "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert finetune.returncode == 1
+    assert json.loads(finetune.stdout)["error"].startswith("customer 'empty' has too few verified tasks to train on (train 0, dev 0, test 0)")
