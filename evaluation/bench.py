@@ -141,6 +141,10 @@ def run_bench_command(
         raise ValueError("+rerank candidates need --reranker DIR (a cross-encoder folder, e.g. a customer's reranker_checkpoint)")
     if limit is not None and limit < 1:
         raise ValueError("limit must be >= 1")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers {workers}: must be at least 1 (questions run concurrently)")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ValueError(f"--out {out_dir} is a file: the report needs a folder")  # found after the run, the run was lost
     names = [spec.name for spec in specs]
     if file_kind(tasks_file) == "synth":
         if backend is None:

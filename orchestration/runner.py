@@ -122,7 +122,8 @@ def search(customer: str, question: str, policy_spec: str, k: int, parallel: int
     try:
         response = run_search(index, question, spec, k, parallel, reranker=reranker)
     except PolicyFailed as error:  # an unreachable endpoint is an error, never an empty answer
-        raise CliError(f"{error}; check that the endpoint is up and serves the model") from None
+        hint = "; check that the endpoint is up and serves the model" if policy_spec.startswith("openai:") else ""
+        raise CliError(f"{error}{hint}") from None
     saved = {"saved": str(write_jsonl(response.trajectories, save))} if save else {}
     return {"customer": customer, "question": question, "policy": policy_spec, **response.as_dict(), **saved}
 

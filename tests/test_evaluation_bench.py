@@ -208,3 +208,16 @@ def test_nx_ceiling_reads_every_rollouts_answer_from_a_bench_run(bench_run, slic
         module.main(["--run", str(tmp_path), "--policy", "heuristic"])
     with pytest.raises(SystemExit, match="report.json: not found"):
         module.main(["--run", str(tmp_path / "absent")])
+
+
+def test_arguments_that_would_lose_the_run_are_refused_before_it(slice_file, tmp_path):
+    """Checked before any indexing or episode: a run whose report cannot be written is lost work."""
+    report_file = tmp_path / "report"
+    report_file.write_text("a file, not a folder")
+    with pytest.raises(ValueError, match="is a file: the report needs a folder"):
+        run_bench_command(slice_file, ["heuristic"], k=5, out_dir=report_file, progress=False, cache_root=tmp_path / "cache")
+    with pytest.raises(ValueError, match="workers 0: must be at least 1"):
+        run_bench_command(slice_file, ["heuristic"], k=5, out_dir=tmp_path / "out", progress=False, workers=0, cache_root=tmp_path / "cache")
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        run_bench_command(slice_file, ["heuristic"], k=5, out_dir=tmp_path / "out", limit=0, progress=False, cache_root=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
