@@ -59,10 +59,14 @@ class ApiLimits:
     retry_after_s: int = 1  # what a 503 for a full queue tells the client to wait
 
     def __post_init__(self) -> None:
-        if min(self.max_body_bytes, self.max_query_chars, self.max_k, self.max_concurrent_searches, self.retry_after_s) < 1 or self.search_timeout_s <= 0:
-            raise ValueError(f"every API limit must be positive: {self}")
+        bad = [f"{name} {value} must be positive" for name, value in (
+            ("max_body_bytes", self.max_body_bytes), ("max_query_chars", self.max_query_chars), ("max_k", self.max_k),
+            ("max_concurrent_searches", self.max_concurrent_searches), ("retry_after_s", self.retry_after_s),
+            ("search_timeout_s", self.search_timeout_s)) if value <= 0]
         if self.max_queued_searches < 0:
-            raise ValueError(f"the queue length cannot be negative: {self}")
+            bad.append(f"max_queued_searches {self.max_queued_searches} cannot be negative")
+        if bad:
+            raise ValueError("; ".join(bad))
 
 
 class IndexUnavailable(LookupError):

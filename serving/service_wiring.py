@@ -51,8 +51,10 @@ def serve_search_api(host: str, port: int, timeout_s: float = 60.0, workers: int
     """`searchsmith api`: serve until interrupted. Bad limits are a ValueError naming the flag."""
     from serving.api import ApiLimits, serve_api
 
-    try:
-        limits = ApiLimits(search_timeout_s=timeout_s, max_concurrent_searches=workers, max_queued_searches=queue)
-    except ValueError as error:
-        raise ValueError(f"--workers must be at least 1 and --queue at least 0 ({error})") from None
+    bad = [problem for problem, wrong in ((f"--timeout {timeout_s:g} must be positive (seconds)", timeout_s <= 0),
+                                          (f"--workers {workers} must be at least 1", workers < 1),
+                                          (f"--queue {queue} cannot be negative", queue < 0)) if wrong]
+    if bad:
+        raise ValueError("; ".join(bad))
+    limits = ApiLimits(search_timeout_s=timeout_s, max_concurrent_searches=workers, max_queued_searches=queue)
     serve_api(host, port, limits=limits, **from_environment())

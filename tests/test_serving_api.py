@@ -532,3 +532,16 @@ def test_one_json_log_line_per_request_without_secrets(keys, issued, indexes, re
     secrets_ = [*issued.values(), *(key.split("_", 2)[2] for key in issued.values()), *(r["hash"] for r in stored.values()), *(r["salt"] for r in stored.values())]
     text = caplog.text + "".join(json.dumps(line) for line in lines)
     assert not [secret for secret in secrets_ if secret in text]
+
+
+def test_a_bad_limit_is_named_by_its_flag_or_field():
+    """`searchsmith api --timeout -1` said '--workers must be at least 1' before: each bad limit
+    is now named, by the flag a person typed or the field a program set."""
+    from serving.service_wiring import serve_search_api
+
+    with pytest.raises(ValueError, match=r"^--timeout -1 must be positive \(seconds\)$"):
+        serve_search_api("127.0.0.1", 0, timeout_s=-1)
+    with pytest.raises(ValueError, match=r"^--workers 0 must be at least 1; --queue -2 cannot be negative$"):
+        serve_search_api("127.0.0.1", 0, workers=0, queue=-2)
+    with pytest.raises(ValueError, match=r"^max_k 0 must be positive; search_timeout_s 0 must be positive$"):
+        ApiLimits(max_k=0, search_timeout_s=0)
