@@ -110,7 +110,7 @@ class CispoConfig(BaseModel):
     passes: int = Field(1, ge=1)  # passes over the rollout batch (each split into `substeps`)
     learning_rate: float = Field(5e-5, gt=0)
     warmup_steps: int = Field(0, ge=0)  # optimizer steps of linear warmup
-    weight_decay: float = 0.0
+    weight_decay: float = Field(0.0, ge=0.0)
     eps_low: float = Field(1.0, ge=0)  # >= 1: no lower bound on the IS weight (MiniMax)
     eps_high: float = Field(4.0, ge=0)  # weight capped at 1 + eps_high = 5 (ScaleRL's eps_max, TRL's default advice)
     max_grad_norm: float = Field(1.0, gt=0)
@@ -127,9 +127,9 @@ class CispoConfig(BaseModel):
     gradient_checkpointing: bool | None = None  # None: `memory_plan()`
     curriculum: bool = True
     curriculum_floor: float = Field(0.1, ge=0)
-    beta_start: float = 4.0
-    beta_end: float = 2.0
-    reward_eps: float = DEFAULT_EPS
+    beta_start: float = Field(4.0, gt=0)  # F-beta's beta, annealed from start to end: recall weighed beta^2 times precision
+    beta_end: float = Field(2.0, gt=0)
+    reward_eps: float = Field(DEFAULT_EPS, ge=0)
     reward_k: int = Field(DEFAULT_REWARD_K, ge=1)  # output size the reward scores: the benchmark's k
     granularity: Literal["document", "fact"] = "document"
     harness: HarnessOverrides = Field(default_factory=HarnessOverrides)  # over HarnessConfig.for_training
@@ -137,7 +137,7 @@ class CispoConfig(BaseModel):
     rollout_workers: int = Field(8, ge=1)
     checkpoint_every: int = Field(10, ge=1)
     save_trajectories: bool = False  # every rollout, whole, under trajectories/step-N.jsonl
-    keep_checkpoints: int | None = None
+    keep_checkpoints: int | None = Field(None, ge=1)  # None: keep every step's checkpoint
     seed: int = 0
     device: str = "cpu"
     dtype: str | None = None  # default float32 on CPU (measured: core/cpu_precision.py), bfloat16 elsewhere

@@ -45,6 +45,8 @@ def test_design_example_loads_and_resolves_relative_paths(tmp_path):
         (VALID.replace('url: "https://github.com/org/repo.git"', 'url: ""'), "sources.2.github.url: must not be empty"),
         (VALID.replace('"https://example.com/docs/"', '"example.com/docs"'), "sources.3.web.seeds: seed 'example.com/docs'"),
         (VALID.replace('"https://example.com/docs/"', '"ftp://example.com/"'), "is not an http(s) address"),
+        (VALID + "training:\n  rl: {beta_end: 0}\n", "training.rl.beta_end"),  # F-beta needs a positive beta
+        (VALID + "training:\n  rl: {keep_checkpoints: 0}\n", "training.rl.keep_checkpoints"),
     ],
 )
 def test_errors_name_file_and_field(tmp_path, text, field):
