@@ -14,6 +14,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from core.config import CustomerConfig, CustomerConfigError, load_customer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -107,11 +109,42 @@ class CustomerRegistry:
         if existing and Path(existing) != path and Path(existing).exists():
             raise CustomerConfigError(f"{path}: customer {config.name!r} is already registered from {existing}")
         registered[config.name] = str(path)
+        self._write(registered)
+        return config
+
+    def remove(self, target: str) -> tuple[str, Path]:
+        """Forget a file `customers add` registered, by customer name or by the file's path (a
+        file that no longer validates has no name to give). The file, the customer's artifacts and
+        its run history stay; a file in the customers folder is not registered and is refused."""
+        registered = self._registered()
+        candidate = Path(target).expanduser().resolve()
+        for name, file in registered.items():
+            if name == target or Path(file) == candidate:
+                del registered[name]
+                self._write(registered)
+                return name, Path(file)
+        in_folder = [path for path in self._candidate_files([]) if path.parent == self.folder]
+        for path in in_folder:
+            if path.resolve() == candidate or _name_in(path) == target:
+                raise CustomerConfigError(f"{path} is in the customers folder, not registered: move or delete the file "
+                                          "to remove the customer")
+        known = ", ".join(f"{name} ({file})" for name, file in sorted(registered.items())) or "none"
+        raise CustomerConfigError(f"no registered customer or file {target!r} (registered: {known})")
+
+    def _write(self, registered: dict[str, str]) -> None:
         self.index_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.index_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(registered, indent=2, sort_keys=True))
         tmp.replace(self.index_path)
-        return config
+
+
+def _name_in(path: Path) -> str | None:
+    """The customer name a file declares, if it can be read at all (an invalid file may still name one)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return data.get("name") if isinstance(data, dict) else None
 
 
 class KnownCustomers:

@@ -64,6 +64,14 @@ def cmd_customers_add(args) -> dict[str, Any]:
     return {"added": config.name, "customers": sorted(customers)}
 
 
+def cmd_customers_remove(args) -> dict[str, Any]:
+    name, path = CustomerRegistry().remove(args.customer)
+    customers, problems = CustomerRegistry().scan()
+    return {"removed": name, "file": printable_name(str(path)), "customers": sorted(customers),
+            "invalid": [printable_name(str(p.path)) for p in problems],
+            "problems": [{"path": printable_name(str(p.path)), "reason": printable_name(p.reason)} for p in problems]}
+
+
 def cmd_sync(args) -> dict[str, Any]:
     from orchestration.runner import run_corpus_resync
 
@@ -265,6 +273,8 @@ def _human_demo(payload: dict[str, Any]) -> str:
 
 def _human_customers(payload: dict[str, Any]) -> str:
     lines = [f"added {payload['added']}"] if payload.get("added") else []
+    if payload.get("removed"):
+        lines = [f"removed {payload['removed']} (registered from {payload['file']}; the file and the customer's artifacts stay)"]
     lines += payload["customers"] or ["(no customers)"]
     lines += [_invalid_line(problem) for problem in payload.get("problems", [])]
     return "\n".join(lines)
@@ -304,9 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.set_defaults(func=func, human=human)
         return command
 
-    customers = sub.add_parser("customers", help="register and list customers", description="Register and list customers.").add_subparsers(dest="action", required=True)
+    customers = sub.add_parser("customers", help="register, list and remove customers", description="Register, list and remove customers.").add_subparsers(dest="action", required=True)
     add("list", cmd_customers_list, _human_customers, "list customers", customers)
     add("add", cmd_customers_add, _human_customers, "register a customer file", customers).add_argument("file")
+    add("remove", cmd_customers_remove, _human_customers, "forget a customer file registered with add (by name, or by path when "
+        "the file no longer validates); the file and the customer's artifacts stay", customers).add_argument("customer", metavar="NAME_OR_FILE")
     sync = add("sync", cmd_sync, _human_sync, "incremental resync of a customer's sources (exit 1 if a source could not be listed)")
     sync.add_argument("customer")
     sync.set_defaults(exit_code=_sync_exit_code)

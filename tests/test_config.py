@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,26 @@ def test_registry_finds_folder_and_added_files(tmp_path):
     assert customers["beta"].base_dir == elsewhere.resolve()
     with pytest.raises(CustomerConfigError, match="unknown customer 'gamma'"):
         registry.get("gamma")
+
+
+def test_remove_forgets_a_registered_file_by_name_or_by_path_and_keeps_the_file(tmp_path):
+    folder = tmp_path / "customers"
+    folder.mkdir()
+    write(folder, VALID)  # acme: in the folder, not registered
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    beta = write(elsewhere, VALID.replace("name: acme", "name: beta"), "beta.yaml")
+    broken = write(elsewhere, VALID.replace("name: acme", "name: gamma").replace("bucket: b,", 'bucket: "s3://b",'), "gamma.yaml")
+    registry = CustomerRegistry(home=tmp_path / "home", folder=folder)
+    registry.add(beta)
+    registered = json.loads(registry.index_path.read_text())
+    registry._write({**registered, "gamma": str(broken)})  # registered while it still validated
+    assert [p.path for p in registry.scan()[1]] == [broken]
+    assert registry.remove(str(broken)) == ("gamma", broken)  # no valid name: by its path
+    assert registry.scan()[1] == [] and broken.exists()
+    assert registry.remove("beta") == ("beta", beta)
+    assert sorted(registry.customers()) == ["acme"] and beta.exists()
+    with pytest.raises(CustomerConfigError, match="is in the customers folder, not registered"):
+        registry.remove("acme")
+    with pytest.raises(CustomerConfigError, match=r"no registered customer or file 'beta' \(registered: none\)"):
+        registry.remove("beta")
