@@ -88,7 +88,7 @@ def cmd_search(args) -> dict[str, Any]:
 
 
 def _human_search(payload: dict[str, Any]) -> str:
-    lines = []
+    lines = [] if payload["documents"] else ["no documents found"]  # an empty corpus, or nothing matched
     for rank, doc in enumerate(payload["documents"], start=1):
         lines.append(f"{rank:>2}. {doc['title']}  [{doc['doc_id']}]")
         if doc.get("justification"):

@@ -42,6 +42,16 @@ def test_step_figures_name_what_each_step_produced():
     assert step_figures("something_new", {"rows": 3, "path": "/x", "share": 0.5}) == "rows 3, share 0.500"
 
 
+def test_a_search_that_finds_nothing_says_so():
+    from orchestration.cli import _human_search
+
+    summary = {"turns": 2, "tool_calls": 2, "peak_tokens": 1049, "pruned": 0}
+    assert _human_search({"documents": [], "summary": summary}).splitlines() == [
+        "no documents found", "-- turns 2, tool calls 2, peak tokens 1049, pruned 0"]
+    found = _human_search({"documents": [{"title": "Kraus House", "doc_id": "d1", "justification": "built 1951"}], "summary": summary})
+    assert found.splitlines()[:2] == [" 1. Kraus House  [d1]", "    built 1951"]
+
+
 def test_our_progress_logs_become_the_status_line_detail_on_a_terminal(tmp_path):
     import io
     import logging
