@@ -66,10 +66,7 @@ def cmd_customers_add(args) -> dict[str, Any]:
 
 def cmd_customers_remove(args) -> dict[str, Any]:
     name, path = CustomerRegistry().remove(args.customer)
-    customers, problems = CustomerRegistry().scan()
-    return {"removed": name, "file": printable_name(str(path)), "customers": sorted(customers),
-            "invalid": [printable_name(str(p.path)) for p in problems],
-            "problems": [{"path": printable_name(str(p.path)), "reason": printable_name(p.reason)} for p in problems]}
+    return {"removed": name, "file": printable_name(str(path)), **cmd_customers_list(args)}
 
 
 def cmd_sync(args) -> dict[str, Any]:
