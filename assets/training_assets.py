@@ -93,6 +93,7 @@ def reranker_checkpoint(
         # trained first: the console's step line shows the first figures
         **{f"dev/{row}/{metric}": float(value) for row in ("trained", "start", "hybrid") for metric, value in checkpoint.dev[row].items()},
         **{f"train/{key}": float(train[key]) for key in ("pairs", "pairs_per_s", "train_s") if key in train},
+        **{f"dev_brief/{row}/recall_at_k": float(figures["recall_at_k"]) for row, figures in checkpoint.dev_brief.items()},
         "selection": dg.MetadataValue.json(checkpoint.selection),
         "selection_policy_weight": float(checkpoint.selection.get("policy_weight", 1.0)),
     })

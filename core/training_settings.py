@@ -193,6 +193,9 @@ class RerankerSettings(_Strict):
     max_tasks: int | None = Field(None, ge=1, description="cap on train tasks (demo runs)")
     distractors: int = Field(4, ge=0, description="verified distractors per task used as negatives")
     hard_negatives: int = Field(4, ge=0, description="top hybrid hits outside the gold documents per task")
+    short_queries: int = Field(0, ge=0, description="short views of each train question added as queries "
+                               "(synth.query_views: its wh-word, an entity or two, a few other words)")
+    short_query_words: int = Field(10, ge=3, description="words per short view")
     epochs: float = Field(1.0, gt=0)
     batch_size: int = Field(16, ge=1)
     learning_rate: float = Field(5e-5, gt=0)

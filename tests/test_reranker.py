@@ -52,6 +52,16 @@ def test_pairs_label_evidence_chunks_against_distractors_and_hard_negatives(task
     assert all(p.text.split("\n", 1)[0] not in gold_titles[p.query] for p in negatives)  # never a gold document
     assert training_pairs(train, demo_frames[0], demo_index, SETTINGS) == pairs  # deterministic
 
+    # short views: each task is also asked in a few of its words, with the same gold and its own hard negatives
+    brief = training_pairs(train, demo_frames[0], demo_index, SETTINGS.model_copy(update={"short_queries": 1}))
+    questions = {t.agent_query for t in train}
+    views = {p.query for p in brief} - questions
+    assert views and all(len(view.split()) <= SETTINGS.short_query_words + 2 for view in views)
+    assert [p for p in brief if p.query in questions] == pairs
+    view_of = {p.query: t for t in train for p in brief if p.query in views and p.label == 1.0
+               and p.text.split("\n", 1)[0] in {demo_index.document_title(i) for i in t.supporting_ids}}
+    assert set(view_of) == views  # every view keeps a positive of its own task
+
 
 def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(trained, tasks, demo_frames, demo_index):  # noqa: F811
     store, home, checkpoint = trained
@@ -59,6 +69,9 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
     assert set(checkpoint.dev) == {"hybrid", "start", "trained"}
     assert all(0.0 <= row["recall_at_k"] <= 1.0 and row["tasks"] == checkpoint.dev["hybrid"]["tasks"] > 0 for row in checkpoint.dev.values())
     assert checkpoint.beats_start, checkpoint.dev  # the recipe's claim: trained on synthetic tasks, better on unseen ones
+    # the same dev tasks asked briefly, hybrid's order and the trained one's
+    assert set(checkpoint.dev_brief) == {"hybrid", "trained"}
+    assert all(row["tasks"] == checkpoint.dev["hybrid"]["tasks"] for row in checkpoint.dev_brief.values())
     assert read_reranker(store, "acme").run_id == checkpoint.run_id
     assert any(key.endswith("config.json") for key in store.list(checkpoint.key))
     # selection's policy weight, chosen on the dev split, travels with the weights
@@ -176,3 +189,14 @@ def test_the_search_service_serves_a_promoted_rerank_policy_as_it_was_benchmarke
                                  headers={"Authorization": f"Bearer {key}"})
     assert reply.status_code == 200, reply.text
     assert reply.json()["policy"] == "heuristic+rerank" and reply.json()["documents"] == served.documents
+
+
+def test_the_reranker_identity_leaves_short_views_out_when_they_are_off():
+    """A reranker trained before short views existed keeps its run id (reused, not trained again)."""
+    from training.per_customer import reranker_identity
+
+    before = SETTINGS.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words"})
+    assert reranker_identity(SETTINGS) == before
+    assert reranker_identity(SETTINGS.model_copy(update={"short_query_words": 6})) == before
+    on = reranker_identity(SETTINGS.model_copy(update={"short_queries": 1}))
+    assert on["short_queries"] == 1 and on != before

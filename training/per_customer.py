@@ -456,6 +456,9 @@ class RerankerCheckpoint:
     train: dict[str, Any]
     dev: dict[str, dict[str, Any]]  # hybrid | start | trained -> recall_at_k, mrr, ...
     selection: dict[str, Any] = field(default_factory=dict)  # the calibrated policy weight (training.selection_weight)
+    # The dev figures with each task asked by a short view of its question (synth.query_views):
+    # whether the reranker helps when the question does not copy the passage, as people's do not.
+    dev_brief: dict[str, dict[str, Any]] = field(default_factory=dict)
     reused: bool = False
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
@@ -498,6 +501,15 @@ def _calibrate_selection(folder: Path, dev: list, chunks: Any, backend: SearchBa
     return calibration
 
 
+def reranker_identity(settings: RerankerSettings) -> dict[str, Any]:
+    """The settings that decide the trained weights. Short views off leave them out, so a reranker
+    trained before they existed is still reused, not paid for again."""
+    exclude = {"torch_threads", "eval_tasks", "eval_depth"}
+    if not settings.short_queries:
+        exclude |= {"short_queries", "short_query_words"}
+    return settings.model_dump(exclude=exclude)
+
+
 def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: SearchBackend, tasks: list, chunks: Any,
                               settings: RerankerSettings, home: Path, k: int = 5) -> RerankerCheckpoint:
     """Train on the verified train split and judge on the dev split (`training.reranker`); an
@@ -508,8 +520,7 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     train = [t for t in tasks if t.split == "train"][: settings.max_tasks]
     dev = [t for t in tasks if t.split == "dev"][: settings.eval_tasks]
     base = settings.base or str(start_model_dir())
-    run_id = run_identity("reranker", base, settings.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth"}),
-                          sorted(t.id for t in train), k)
+    run_id = run_identity("reranker", base, reranker_identity(settings), sorted(t.id for t in train), k)
     previous = read_reranker(store, customer)
     if previous is not None and previous.run_id == run_id:
         try:
@@ -528,9 +539,14 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k, label="hybrid"),
                "start": dev_recall(Reranker.load(base), dev, chunks, backend, settings.eval_depth, k, label="start"),
                "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k, label="trained")}
+    # The same dev tasks asked briefly (the synthetic questions copy document sentences, people's do
+    # not): does the trained order still beat hybrid's? The untrained start is not worth the minutes.
+    brief = {name: dev_recall(model, dev, chunks, backend, settings.eval_depth, k, label=f"{name}, asked briefly",
+                              short_words=settings.short_query_words)
+             for name, model in (("hybrid", None), ("trained", Reranker.load(out)))}
     selection = _calibrate_selection(out, dev, chunks, backend, k)
     checkpoint = RerankerCheckpoint(customer, run_id, str(out.resolve()), adapter_prefix(customer, "reranker", run_id), base,
-                                    {**run.as_dict(), "train_tasks": len(train)}, figures, selection)
+                                    {**run.as_dict(), "train_tasks": len(train)}, figures, selection, dev_brief=brief)
     push_folder(store, out, checkpoint.key)
     store.write_text(reranker_manifest_key(customer), json.dumps(checkpoint.to_dict(), indent=2, default=str))
     return checkpoint

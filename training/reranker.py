@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from core.training_settings import RerankerSettings
 from evaluation.synth_tasks import tasks_from_synth
 from search.backend import SearchBackend
 from search.reranker import Reranker, fresh_head_quietly, pair_text, start_model_dir
+from synth.query_views import short_views
 
 LOG = logging.getLogger(__name__)
 
@@ -46,19 +47,21 @@ def training_pairs(tasks: Sequence[Any], chunks: Any, backend: SearchBackend, se
     progress = Progress(LOG, "reranker pairs from tasks", len(tasks))
     for task, bench in zip(tasks, tasks_from_synth(tasks, chunks)):
         progress.advance()
-        query = bench.question
         positives = [sorted(fact)[0] for fact in bench.gold.facts if fact]
         if not positives:
             continue
         gold_docs = bench.gold.doc_ids
-        negatives = [d.chunk_id for d in task.distractors if d.doc_id not in gold_docs][: settings.distractors]
-        if settings.hard_negatives:
-            hard = [hit.chunk_id for hit in backend.search(query, k=max(20, settings.hard_negatives * 4)) if hit.doc_id not in gold_docs]
-            negatives += [chunk for chunk in hard if chunk not in negatives][: settings.hard_negatives]
-        for chunk_id, label in [*((c, 1.0) for c in positives), *((c, 0.0) for c in negatives)]:
-            row = rows.get(chunk_id)
-            if row is not None:
-                pairs.append(Pair(query, pair_text(row["title"], row["text"] or ""), label))
+        distractors = [d.chunk_id for d in task.distractors if d.doc_id not in gold_docs][: settings.distractors]
+        queries = [bench.question, *short_views(bench.question, settings.short_queries, task.id, settings.short_query_words)]
+        for query in queries:
+            negatives = list(distractors)
+            if settings.hard_negatives:
+                hard = [hit.chunk_id for hit in backend.search(query, k=max(20, settings.hard_negatives * 4)) if hit.doc_id not in gold_docs]
+                negatives += [chunk for chunk in hard if chunk not in negatives][: settings.hard_negatives]
+            for chunk_id, label in [*((c, 1.0) for c in positives), *((c, 0.0) for c in negatives)]:
+                row = rows.get(chunk_id)
+                if row is not None:
+                    pairs.append(Pair(query, pair_text(row["title"], row["text"] or ""), label))
     return pairs
 
 
@@ -128,13 +131,17 @@ def _progress_callback() -> Any:
 
 
 def dev_recall(reranker: Reranker | None, tasks: Sequence[Any], chunks: Any, backend: SearchBackend, depth: int, k: int,
-               progress: Progress | None = None, label: str | None = None) -> dict[str, float]:
+               progress: Progress | None = None, label: str | None = None, short_words: int | None = None) -> dict[str, float]:
     """Recall of gold documents in the top `k` of hybrid's top `depth` documents per task,
     reordered by `reranker` (None: hybrid's own order), and the mean reciprocal rank of the
-    first gold document; scoring pairs/s is reported for the reranker."""
+    first gold document; scoring pairs/s is reported for the reranker. With `short_words` each
+    task is asked by a short view of its question (`synth.query_views`), as people would ask it."""
     recalls, reciprocal, pairs, seconds = [], [], 0, 0.0
     progress = progress or Progress(LOG, f"reranker dev check ({label or ('reranked' if reranker else 'hybrid')})", len(tasks))
-    for bench in tasks_from_synth(tasks, chunks):
+    for task, bench in zip(tasks, tasks_from_synth(tasks, chunks)):
+        if short_words is not None:
+            views = short_views(bench.question, 1, task.id, short_words)
+            bench = replace(bench, question=views[0]) if views else bench
         hits = backend.search(bench.question, k=depth * 4)
         docs: dict[str, list[str]] = {}
         for hit in hits:
