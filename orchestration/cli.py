@@ -209,14 +209,15 @@ def _human_revoked(payload: dict[str, Any]) -> str:
 
 def cmd_api(args) -> dict[str, Any]:
     """The search service, wired from the environment: it runs without Dagster or torch installed."""
-    from serving.service_wiring import serve_search_api
+    from serving.service_wiring import api_limits, serve_search_api
 
-    print(f"search service on http://{args.host}:{args.port} (POST /v1/search, GET /openapi.json); "
-          f"{args.workers} workers, queue {args.queue}", file=sys.stderr)
     try:
-        serve_search_api(args.host, args.port, args.timeout, args.workers, args.queue)
+        limits = api_limits(args.timeout, args.workers, args.queue)
     except ValueError as error:
         raise CliError(str(error)) from None
+    print(f"search service on http://{args.host}:{args.port} (POST /v1/search, GET /openapi.json); "
+          f"{args.workers} workers, queue {args.queue}", file=sys.stderr)
+    serve_search_api(args.host, args.port, limits)
     return {"stopped": True}
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.registry import CustomerRegistry, KnownCustomers
 from core.storage import ArtifactStore, default_store_location, open_store
 from search.chroma_client import chroma_settings_from_env, default_chroma_path, index_cache_dir, make_client
 from search.per_customer import embedder_for, open_customer_index
+
+if TYPE_CHECKING:
+    from serving.api import ApiLimits
 
 
 def service_wiring(store: ArtifactStore, chroma_client: Any, cache_dir: Path, registry: CustomerRegistry | None = None) -> dict[str, Any]:
@@ -47,14 +50,21 @@ def from_environment() -> dict[str, Any]:
     return service_wiring(open_store(default_store_location()), client, index_cache_dir())
 
 
-def serve_search_api(host: str, port: int, timeout_s: float = 60.0, workers: int = 4, queue: int = 64) -> None:
-    """`searchsmith api`: serve until interrupted. Bad limits are a ValueError naming the flag."""
-    from serving.api import ApiLimits, serve_api
+def api_limits(timeout_s: float = 60.0, workers: int = 4, queue: int = 64) -> ApiLimits:
+    """The service's limits from `searchsmith api`'s flags; a bad one is a ValueError naming the flag
+    (checked before anything is printed or bound, so a bad flag gets its error alone)."""
+    from serving.api import ApiLimits
 
     bad = [problem for problem, wrong in ((f"--timeout {timeout_s:g} must be positive (seconds)", timeout_s <= 0),
                                           (f"--workers {workers} must be at least 1", workers < 1),
                                           (f"--queue {queue} cannot be negative", queue < 0)) if wrong]
     if bad:
         raise ValueError("; ".join(bad))
-    limits = ApiLimits(search_timeout_s=timeout_s, max_concurrent_searches=workers, max_queued_searches=queue)
+    return ApiLimits(search_timeout_s=timeout_s, max_concurrent_searches=workers, max_queued_searches=queue)
+
+
+def serve_search_api(host: str, port: int, limits: ApiLimits) -> None:
+    """`searchsmith api`: serve until interrupted."""
+    from serving.api import serve_api
+
     serve_api(host, port, limits=limits, **from_environment())

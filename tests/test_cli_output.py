@@ -295,6 +295,15 @@ def test_status_of_an_unknown_customer_is_an_error(small):
     assert result.returncode == 1 and "nobody" in json.loads(result.stdout)["error"]
 
 
+def test_a_bad_api_flag_gets_its_error_alone(small):
+    """Before, `searchsmith api --timeout -1` announced 'search service on http://...' and then
+    refused to start: the flags are checked before anything is printed or bound."""
+    result = run_cli(small, "api", "--port", "0", "--timeout", "-1", "--workers", "0", timeout=120)
+    assert result.returncode != 0
+    assert "--timeout -1 must be positive" in result.stderr and "--workers 0 must be at least 1" in result.stderr
+    assert "search service on" not in result.stderr, result.stderr
+
+
 @pytest.mark.slow
 def test_search_saves_the_trajectory_the_viewer_opens(small, tmp_path):
     from agent.trajectory import read_jsonl

@@ -537,11 +537,12 @@ def test_one_json_log_line_per_request_without_secrets(keys, issued, indexes, re
 def test_a_bad_limit_is_named_by_its_flag_or_field():
     """`searchsmith api --timeout -1` said '--workers must be at least 1' before: each bad limit
     is now named, by the flag a person typed or the field a program set."""
-    from serving.service_wiring import serve_search_api
+    from serving.service_wiring import api_limits
 
     with pytest.raises(ValueError, match=r"^--timeout -1 must be positive \(seconds\)$"):
-        serve_search_api("127.0.0.1", 0, timeout_s=-1)
+        api_limits(timeout_s=-1)
     with pytest.raises(ValueError, match=r"^--workers 0 must be at least 1; --queue -2 cannot be negative$"):
-        serve_search_api("127.0.0.1", 0, workers=0, queue=-2)
+        api_limits(workers=0, queue=-2)
+    assert api_limits(30, 2, 0) == ApiLimits(search_timeout_s=30, max_concurrent_searches=2, max_queued_searches=0)
     with pytest.raises(ValueError, match=r"^max_k 0 must be positive; search_timeout_s 0 must be positive$"):
         ApiLimits(max_k=0, search_timeout_s=0)
