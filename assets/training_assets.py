@@ -172,8 +172,10 @@ def sft_checkpoint(context: dg.AssetExecutionContext, store: ArtifactStoreResour
     name = context.partition_key
     config = customers.get(name)
     trajectories = load_kept_trajectories(store.get(), name)
+    sft = config.training.sft
+    golds = {task.task_id: task.gold for task in _train_split(name, store, None)} if sft.answer_steps and sft.answer_target == "gold" else None
     manifest, curve = train_sft_checkpoint(name, store.get(), trajectories, config.training, customers.home_dir(),
-                                           init_adapter=starting_adapter(config))
+                                           init_adapter=starting_adapter(config), golds=golds)
     context.log.info(f"SFT adapter {manifest.adapter.path} ({'reused' if manifest.reused else f'{manifest.steps} steps'})")
     metadata = _checkpoint_metadata(manifest)
     if curve:

@@ -1,7 +1,7 @@
 """The learning curve of the recipe on real questions it never trained on.
 
     .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
-        [--sft-steps N] [--teacher-tasks N] [--final-answer-weight W] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
+        [--sft-steps N] [--teacher-tasks N] [--final-answer-weight W] [--answer-steps N] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
     .venv/bin/python bench/learning.py --size cpu --question-style natural --student ADAPTER [--synth-of RUN [--skip-dev]] [--dev-rows hybrid,sft]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
@@ -86,6 +86,9 @@ SIZES = {
 PROFILE = {"view": "compact", "token_budget": 4096, "search_budget_tokens": 512, "response_reserve_tokens": 256,
            "max_turns": 4, "max_output_docs": 5}
 K = 5
+# The answer-choice phase's learning rate (`--answer-steps`): half the CPU size's episode rate,
+# since it continues an adapter that already searches and trains only on the answers' tokens.
+ANSWER_LEARNING_RATE = 5e-4
 # Concurrent episodes per row: the model's greedy turns are generated in batches across them
 # (`agent.policies.generation_batcher`), about 1.7x the throughput of one episode at a time.
 EPISODE_WORKERS = 16
@@ -113,7 +116,7 @@ def write_corpus(records_path: Path, folder: Path) -> int:
 
 
 def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze", init_adapter: str | None = None,
-                  final_answer_weight: float = 1.0) -> Path:
+                  final_answer_weight: float = 1.0, answer_steps: int = 0) -> Path:
     """The learning customer. With `init_adapter` (a packaged searcher's name) SFT continues that
     adapter, in its own shape, with the data drawn in the next order (the seed its last run used,
     plus one): the searchers this project ships were trained by this script on the same tasks, and
@@ -131,7 +134,8 @@ def customer_file(work: Path, size: Size, name: str, question_style: str = "cloz
             "teacher": {"policy": "heuristic", "k_rollouts": 1, "max_tasks": size.teacher_tasks, "workers": 1},
             "lora": {"rank": size.lora_rank, "alpha": 2 * size.lora_rank},
             "sft": {"max_length": 4096, "max_steps": size.sft_steps, "batch_size": 1, "grad_accum": size.grad_accum,
-                    "learning_rate": size.learning_rate, "final_answer_weight": final_answer_weight},
+                    "learning_rate": size.learning_rate, "final_answer_weight": final_answer_weight,
+                    **({"answer_steps": answer_steps, "answer_learning_rate": ANSWER_LEARNING_RATE} if answer_steps else {})},
             "rl": {"steps": size.rl_steps, "group_size": size.group_size, "tasks_per_step": size.rl_tasks_per_step,
                    "substeps": 1, "max_new_tokens": size.max_new_tokens, "rollout_workers": 1, "checkpoint_every": 1,
                    "learning_rate": 2e-5, "temperature": 1.0},
@@ -359,10 +363,15 @@ def main() -> None:
                              "'hybrid,sft' for one adapter's row without the base model's; each row is cached, so a "
                              "later run without it adds the rest")
     parser.add_argument("--sft-steps", type=int, default=None, metavar="N",
-                        help="SFT optimizer steps instead of the size's (a longer run where time allows)")
+                        help="SFT optimizer steps instead of the size's (a longer run where time allows; 0 with --answer-steps: "
+                             "only the answer-choice phase)")
     parser.add_argument("--teacher-tasks", type=int, default=None, metavar="N",
                         help="train tasks the teacher runs instead of the size's (more distinct episodes for the "
                              "same SFT steps: the teacher took 55 s for all 578 tasks on 2 cores, SFT steps are the time)")
+    parser.add_argument("--answer-steps", type=int, default=0, metavar="N",
+                        help="after the SFT steps, N answer-choice steps (sft.answer_steps: the final answers alone, their "
+                             "context frozen, relabelled gold-first from the verified tasks; 8 answers a step); the run's "
+                             "home is suffixed with it")
     parser.add_argument("--final-answer-weight", type=float, default=1.0, metavar="W",
                         help="SFT loss weight of the final answer's tokens against the tool calls' (sft.final_answer_weight; "
                              "the answer is about 15 of 2,500 tokens of an episode); the run's home is suffixed with it")
@@ -372,9 +381,12 @@ def main() -> None:
         parser.error(f"--final-answer-weight {args.final_answer_weight}: must be positive")
     if args.final_answer_weight != 1.0 and args.student:
         parser.error("--final-answer-weight shapes SFT; --student trains nothing")
+    if args.answer_steps < 0 or (args.answer_steps and args.student):
+        parser.error(f"--answer-steps {args.answer_steps}: " + ("must be at least 0" if args.answer_steps < 0 else "--student trains nothing"))
     if args.sft_steps is not None:
-        if args.sft_steps < 1:
-            parser.error(f"--sft-steps {args.sft_steps}: must be at least 1")
+        if args.sft_steps < (0 if args.answer_steps else 1):
+            parser.error(f"--sft-steps {args.sft_steps}: must be at least 1 (0 only with --answer-steps: the "
+                         "answer-choice phase alone)")
         size = replace(size, sft_steps=args.sft_steps)
     if args.teacher_tasks is not None:
         if args.teacher_tasks < 1:
@@ -390,6 +402,8 @@ def main() -> None:
         label += f"-from-{args.init_adapter}"
     if args.final_answer_weight != 1.0:
         label += f"-answer-weight-{args.final_answer_weight:g}"
+    if args.answer_steps:
+        label += f"-answer-steps-{args.answer_steps}"
     if args.student:
         if args.init_adapter:
             parser.error("--student evaluates an adapter as it is; --init-adapter trains one")
@@ -446,7 +460,7 @@ def main() -> None:
         print(f"[{args.size}] corpus, tasks and training in {work}", file=sys.stderr)
         n_docs = write_corpus(records, work / "customers" / "corpus")
         customer = customer_file(work / "customers", size, name, args.question_style, args.init_adapter,
-                                 args.final_answer_weight)
+                                 args.final_answer_weight, args.answer_steps)
         stage = time.perf_counter()
         cli(["customers", "add", str(customer)], env, log)
         synced = cli(["sync", name], env, log)

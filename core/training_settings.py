@@ -14,7 +14,7 @@ fp32 elsewhere, without checkpointing (`core.cpu_precision`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -66,7 +66,8 @@ class SFTSettings(_Strict):
 
     learning_rate: float = Field(2e-4, gt=0)
     epochs: float = Field(1.0, gt=0)
-    max_steps: int = Field(-1, description="> 0 caps the optimizer steps (overrides epochs)")
+    max_steps: int = Field(-1, description="> 0 caps the episode optimizer steps (overrides epochs); 0 with answer_steps: "
+                                          "no episode steps, only the answer-choice phase")
     max_length: int = Field(2048, ge=16, description="longer samples are reported and dropped, never truncated")
     max_samples: int | None = Field(None, ge=1, description="cap on training samples (seeded choice)")
     batch_size: int = Field(1, ge=1)
@@ -84,11 +85,26 @@ class SFTSettings(_Strict):
     final_answer_weight: float = Field(
         1.0, gt=0, description="loss weight of a final answer's tokens against the tool calls' (1: every token alike); "
                                "in a merged episode the answer is about 15 of 2,500 tokens")
+    answer_steps: int = Field(0, ge=0, description="after the episodes, optimizer steps on the final answers alone with "
+                                                   "their context frozen (training.answer_choice); 0: none")
+    answer_batch_size: int = Field(8, ge=1, description="final answers per answer-choice step")
+    answer_learning_rate: float | None = Field(None, gt=0, description="the answer-choice phase's (None: learning_rate)")
+    answer_target: Literal["gold", "teacher"] = Field(
+        "gold", description="gold: the teacher's answer relabelled from the verified task (answer documents first); "
+                            "teacher: as the teacher wrote it")
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that decide the trained weights. With no answer-choice phase its fields are
+        left out, so an adapter trained before they existed is still reused, not paid for again."""
+        if self.answer_steps:
+            return self.model_dump()
+        return self.model_dump(exclude={"answer_steps", "answer_batch_size", "answer_learning_rate", "answer_target"})
 
     @model_validator(mode="after")
     def _check(self) -> SFTSettings:
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ValueError("max_steps must be -1 (use epochs) or positive")
+        if self.max_steps < -1 or (self.max_steps == 0 and not self.answer_steps):
+            raise ValueError("max_steps must be -1 (use epochs) or positive (0 only with answer_steps: the answer-choice "
+                             "phase alone, continuing init_adapter)")
         return self
 
 

@@ -326,10 +326,11 @@ def starting_adapter(config: Any) -> Path | None:
 
 def train_sft_checkpoint(
     customer: str, store: ArtifactStore, trajectories: list[Trajectory], settings: TrainingSettings, home: Path,
-    init_adapter: Path | None = None,
+    init_adapter: Path | None = None, golds: dict[str, Any] | None = None,
 ) -> tuple[CheckpointManifest, list[tuple[int, float]]]:
     """LoRA SFT on the kept trajectories, continuing `init_adapter` (the resolved
-    `training.init_adapter`) when given; reuses the adapter of an identical earlier run."""
+    `training.init_adapter`) when given; reuses the adapter of an identical earlier run. `golds`
+    (task id -> gold) are the verified tasks' answers the answer-choice phase relabels with."""
     from training.searchers import adapter_digest, check_continuable
     from training.sft import run_sft
 
@@ -338,7 +339,7 @@ def train_sft_checkpoint(
     if init_adapter is not None:
         check_continuable(init_adapter, settings.base_model, profile)
         start = adapter_digest(init_adapter)
-    run_id = run_identity("sft", settings.base_model, start or settings.lora.model_dump(), settings.sft.model_dump(),
+    run_id = run_identity("sft", settings.base_model, start or settings.lora.model_dump(), settings.sft.identity(),
                           sorted(t.id for t in trajectories))
     reusable = _reusable_run(store, customer, "sft", run_id)
     if reusable is not None:
@@ -346,7 +347,8 @@ def train_sft_checkpoint(
     out = models_dir(home, customer, "sft", run_id)
     continued = {"init_adapter": str(init_adapter), "init_adapter_digest": start} if start else {}
     result = run_sft(trajectories, settings.base_model, out, lora=settings.lora, sft=settings.sft,
-                     lineage={"customer": customer, "run_id": run_id, **continued}, harness_profile=profile, init_adapter=init_adapter)
+                     lineage={"customer": customer, "run_id": run_id, **continued}, harness_profile=profile, init_adapter=init_adapter,
+                     golds=golds)
     lineage = {"trajectories": len(trajectories), **continued}
     manifest = _publish(store, CheckpointManifest("sft", customer, run_id, _trained_adapter(result, customer, "sft", run_id),
                                                   result.steps, result.metrics, lineage=lineage))

@@ -26,10 +26,10 @@ import resource
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.adapter_sidecar import SIDECAR, write_sidecar
 from agent.trajectory import Trajectory
@@ -37,6 +37,9 @@ from core.cpu_precision import cpu_training_precision
 from core.training_settings import LoraSettings, SFTSettings
 from training.searchers import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_digest
 from training.sft_samples import SampleSet, build_samples
+
+if TYPE_CHECKING:
+    from training.answer_choice import AnswerSample
 
 ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)
 
@@ -148,8 +151,12 @@ def train_sft(
     base_model_name: str | None = None,
     harness_profile: dict[str, Any] | None = None,
     init_adapter: str | Path | None = None,
+    answers: Sequence[AnswerSample] = (),
 ) -> SFTResult:
     """Train a LoRA adapter on `samples` and save it (plus sidecar) to `output_dir`.
+
+    `answers`: the final answers of the answer-choice phase that follows the episodes when
+    `sft.answer_steps` is set (`training.answer_choice`, context frozen).
 
     `init_adapter`: an adapter folder to continue (a shipped searcher, `training.searchers`)
     instead of a fresh LoRA of shape `lora`; the sidecar records its shape and digest.
@@ -163,17 +170,14 @@ def train_sft(
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM
-    from trl import SFTConfig, SFTTrainer
 
     from agent.policies.model_family import load_options, lora_targets
     from core.base_models import profile_for
     from training.lora_shape import lora_shape
-    from training.weighted_sft_loss import WeightPaddingCollator, weighted_sft_trainer_class
 
     lora = lora or LoraSettings()
     sft = sft or SFTSettings()
-    weighted = sft.final_answer_weight != 1.0
-    if not samples.samples:
+    if not samples.samples and sft.max_steps != 0:
         raise ValueError(f"no training samples ({len(samples.overlong)} longer than max_length {samples.max_length})")
     model_dir = resolve_base_model(base_model)
     device = _device(device)
@@ -203,45 +207,31 @@ def train_sft(
             targets = lora_targets(target_names, model)
             peft_config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=dropout, **targets,
                                      bias="none", task_type="CAUSAL_LM")
-        with tempfile.TemporaryDirectory(prefix="sft-trainer-") as scratch:
-            args = SFTConfig(
-                output_dir=scratch, num_train_epochs=sft.epochs, max_steps=sft.max_steps,
-                per_device_train_batch_size=sft.batch_size, gradient_accumulation_steps=sft.grad_accum,
-                learning_rate=sft.learning_rate, lr_scheduler_type=sft.lr_scheduler,
-                weight_decay=sft.weight_decay, seed=sft.seed, data_seed=sft.seed, logging_steps=sft.logging_steps,
-                bf16=precision == "bf16", fp16=precision == "fp16",
-                use_cpu=not on_gpu, report_to="none", save_strategy="no",
-                **_renamed_args(SFTConfig, checkpointing, sft.warmup_ratio),
-                max_length=None, dataset_kwargs={"skip_prepare_dataset": True}, packing=False,
-                dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty(),
-                remove_unused_columns=not weighted,  # the weights column reaches the collator
-            )
-            curve = _loss_curve_callback()
-            trainer_class, collator = SFTTrainer, None
-            if weighted:
-                trainer_class, collator = weighted_sft_trainer_class(), WeightPaddingCollator(tokenizer.pad_token_id)
-            trainer = trainer_class(
-                model=model, args=args, train_dataset=samples.to_dataset(sft.final_answer_weight),
-                processing_class=tokenizer, peft_config=peft_config, callbacks=[curve], data_collator=collator,
-            )
-            started = time.perf_counter()
-            output = trainer.train()
-            wall = time.perf_counter() - started
-        main_process = trainer.accelerator.is_main_process  # under torchrun, one rank writes
-        if main_process:
-            trainer.model.save_pretrained(str(out))
+        if sft.max_steps == 0:  # the answer-choice phase alone (SFTSettings allows it only then)
+            if peft_config is not None:
+                from peft import get_peft_model
+
+                model = get_peft_model(model, peft_config)
+            run = EpisodeRun(model)
+        else:
+            run = _train_episodes(model, peft_config, samples, sft, tokenizer, precision, checkpointing, on_gpu)
+        if sft.answer_steps and not run.single_process:
+            raise ValueError("sft.answer_steps: the answer-choice phase trains in one process; run it without torchrun")
+        answer_metrics = _answer_phase(run.model, answers, sft, dtype if precision == "bf16" else None)
+        if run.main_process:  # under torchrun, one rank writes
+            run.model.save_pretrained(str(out))
             missing = [name for name in ADAPTER_FILES if not (out / name).is_file()]
             if missing:
                 raise RuntimeError(f"peft did not write {missing} to {out}")
     finally:
         torch.set_num_threads(threads_before)
-    tokens = curve.tokens or _tokens_seen(samples, trainer.state.global_step, sft)
+    tokens, wall = run.tokens or _tokens_seen(samples, run.steps, sft), run.wall_s
     metrics = {
-        "train_loss": float(output.training_loss),
-        "first_loss": curve.points[0][1] if curve.points else None,
-        "final_loss": curve.points[-1][1] if curve.points else None,
-        "steps": int(trainer.state.global_step),
-        "epochs": float(trainer.state.epoch or 0.0),
+        "train_loss": run.loss,
+        "first_loss": run.curve[0][1] if run.curve else None,
+        "final_loss": run.curve[-1][1] if run.curve else None,
+        "steps": run.steps,
+        "epochs": run.epochs,
         "samples": len(samples.samples),
         "overlong": len(samples.overlong),
         "tokens": tokens,
@@ -253,6 +243,7 @@ def train_sft(
         "device": device,
         "precision": precision,
         "gradient_checkpointing": checkpointing,
+        **answer_metrics,
         **_peak_memory(on_gpu),
     }
     base_name = base_model_name or str(model_dir)
@@ -268,12 +259,78 @@ def train_sft(
         "base_profile": profile.to_dict() if profile is not None else None,
         "harness_profile": harness_profile or {},
         "metrics": metrics,
-        "loss_curve": curve.points,
+        "loss_curve": run.curve,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if main_process:
+    if run.main_process:
         write_sidecar(out, sidecar)
-    return SFTResult(str(out), base_name, metrics["steps"], metrics, list(curve.points), str(out / SIDECAR))
+    steps = metrics["steps"] + metrics.get("answer_steps", 0)  # optimizer steps in all, both phases
+    return SFTResult(str(out), base_name, steps, metrics, list(run.curve), str(out / SIDECAR))
+
+
+@dataclass
+class EpisodeRun:
+    """What the episode phase left: the trained peft model and its figures (none when it ran no step)."""
+
+    model: Any
+    loss: float | None = None
+    steps: int = 0
+    epochs: float = 0.0
+    wall_s: float = 0.0
+    tokens: int = 0
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    main_process: bool = True
+    single_process: bool = True
+
+
+def _train_episodes(model: Any, peft_config: Any, samples: SampleSet, sft: SFTSettings, tokenizer: Any, precision: str,
+                    checkpointing: bool, on_gpu: bool) -> EpisodeRun:
+    """TRL's SFTTrainer on the episode samples (a fresh LoRA from `peft_config`, or the peft model given)."""
+    from trl import SFTConfig, SFTTrainer
+
+    from training.weighted_sft_loss import WeightPaddingCollator, weighted_sft_trainer_class
+
+    weighted = sft.final_answer_weight != 1.0
+    with tempfile.TemporaryDirectory(prefix="sft-trainer-") as scratch:
+        args = SFTConfig(
+            output_dir=scratch, num_train_epochs=sft.epochs, max_steps=sft.max_steps,
+            per_device_train_batch_size=sft.batch_size, gradient_accumulation_steps=sft.grad_accum,
+            learning_rate=sft.learning_rate, lr_scheduler_type=sft.lr_scheduler,
+            weight_decay=sft.weight_decay, seed=sft.seed, data_seed=sft.seed, logging_steps=sft.logging_steps,
+            bf16=precision == "bf16", fp16=precision == "fp16",
+            use_cpu=not on_gpu, report_to="none", save_strategy="no",
+            **_renamed_args(SFTConfig, checkpointing, sft.warmup_ratio),
+            max_length=None, dataset_kwargs={"skip_prepare_dataset": True}, packing=False,
+            dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty(),
+            remove_unused_columns=not weighted,  # the weights column reaches the collator
+        )
+        curve = _loss_curve_callback()
+        trainer_class, collator = SFTTrainer, None
+        if weighted:
+            trainer_class, collator = weighted_sft_trainer_class(), WeightPaddingCollator(tokenizer.pad_token_id)
+        trainer = trainer_class(
+            model=model, args=args, train_dataset=samples.to_dataset(sft.final_answer_weight),
+            processing_class=tokenizer, peft_config=peft_config, callbacks=[curve], data_collator=collator,
+        )
+        started = time.perf_counter()
+        output = trainer.train()
+        wall = time.perf_counter() - started
+    return EpisodeRun(trainer.model, float(output.training_loss), int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
+                      wall, curve.tokens, list(curve.points), trainer.accelerator.is_main_process,
+                      trainer.accelerator.num_processes == 1)
+
+
+def _answer_phase(model: Any, answers: Sequence[AnswerSample], sft: SFTSettings, autocast_dtype: Any) -> dict[str, Any]:
+    """The answer-choice phase after the episodes (`sft.answer_steps`), on the trained peft model."""
+    if not sft.answer_steps:
+        return {}
+    from training.answer_choice import train_answer_choice
+
+    if not answers:
+        raise ValueError("sft.answer_steps is set but the trajectories have no final answer to train the choice on")
+    return train_answer_choice(model, answers, steps=sft.answer_steps, batch_size=sft.answer_batch_size,
+                               learning_rate=sft.answer_learning_rate or sft.learning_rate, seed=sft.seed,
+                               autocast_dtype=autocast_dtype)
 
 
 def _continued_adapter(model: Any, folder: Path) -> tuple[Any, LoraSettings, dict[str, Any], float]:
@@ -311,19 +368,31 @@ def run_sft(
     device: str | None = None,
     harness_profile: dict[str, Any] | None = None,
     init_adapter: str | Path | None = None,
+    golds: Mapping[str, Any] | None = None,
 ) -> SFTResult:
     """Kept trajectories -> per-turn samples in the base model's format -> adapter (what the asset calls).
 
     `lineage` adds to the computed trajectory/task fingerprints (e.g. the filter's counts or
     upstream data versions); `base_model` is recorded as given (`smollm2`, a folder, an id).
+    `golds` (task id -> `Gold`) relabels the answer-choice phase's answers when `sft.answer_target`
+    is `gold`; that phase needs them then.
     """
     sft = sft or SFTSettings()
     samples = prepare_samples(trajectories, base_model, sft)
+    answers: list[AnswerSample] = []
+    if sft.answer_steps:
+        from training.answer_choice import answer_samples
+
+        if sft.answer_target == "gold" and golds is None:
+            raise ValueError("sft.answer_target gold relabels answers from the verified tasks: pass their golds")
+        max_docs = (harness_profile or _recorded_profile(trajectories)).get("max_output_docs", 5)
+        answers = answer_samples(trajectories, load_tokenizer(base_model), golds=golds if sft.answer_target == "gold" else None,
+                                 max_docs=max_docs, max_length=sft.max_length)
     if harness_profile is None:  # the trajectories were recorded under one profile: the first says which
         harness_profile = _recorded_profile(trajectories)
     return train_sft(samples, base_model, output_dir, lora=lora, sft=sft, device=device,
                      lineage=data_lineage(trajectories, **(lineage or {})), base_model_name=str(base_model),
-                     harness_profile=harness_profile, init_adapter=init_adapter)
+                     harness_profile=harness_profile, init_adapter=init_adapter, answers=answers)
 
 
 def _recorded_profile(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
