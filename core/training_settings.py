@@ -92,13 +92,16 @@ class SFTSettings(_Strict):
     answer_target: Literal["gold", "teacher"] = Field(
         "gold", description="gold: the teacher's answer relabelled from the verified task (answer documents first); "
                             "teacher: as the teacher wrote it")
+    answer_train_opening: bool = Field(
+        False, description="train the answer's opening ('[') in the answer-choice phase too; off: only the choice is "
+                           "trained there, the decision to answer is the episodes' (training.answer_choice)")
 
     def identity(self) -> dict[str, Any]:
         """The settings that decide the trained weights. With no answer-choice phase its fields are
         left out, so an adapter trained before they existed is still reused, not paid for again."""
         if self.answer_steps:
             return self.model_dump()
-        return self.model_dump(exclude={"answer_steps", "answer_batch_size", "answer_learning_rate", "answer_target"})
+        return self.model_dump(exclude={name for name in type(self).model_fields if name.startswith("answer_")})
 
     @model_validator(mode="after")
     def _check(self) -> SFTSettings:

@@ -98,13 +98,29 @@ def test_answer_samples_relabel_compact_answers_and_train_only_the_answer(tokeni
     assert not as_written.relabelled and relabelled.relabelled
     assert as_written.input_ids[: as_written.answer_start] == relabelled.input_ids[: relabelled.answer_start]  # same prompt
     taught = tokenizer.decode(relabelled.input_ids[relabelled.answer_start:])
-    assert taught.startswith(f"[{reference_of(trajectory, 'quell')}]"), taught
+    assert taught.startswith(f"{reference_of(trajectory, 'quell')}]"), taught  # the opening "[" is the prompt's
     # the prompt is the final turn's, exactly as SFT and inference render it
     final = trajectory.turns[-1]
     prompt, reply, tools = turn_chat(trajectory, final)
     ids, labels = tokenize_turn(tokenizer, prompt, reply, tools)
     assert as_written.input_ids == ids[: max(i for i, label in enumerate(labels) if label != IGNORE_INDEX) + 1]
     assert answer_samples([trajectory], tokenizer, max_length=as_written.answer_start) == []  # too long: left out
+
+
+def test_the_answers_opening_belongs_to_the_prompt_unless_asked(tokenizer):
+    """The phase trains which references, not whether to answer: the `[` that opens an answer
+    (what the forced final is begun with) stays in the prompt; `train_opening` trains it too."""
+    trajectory = episode(tokenizer, "[2] [1]")
+    [choice] = answer_samples([trajectory], tokenizer)
+    [whole] = answer_samples([trajectory], tokenizer, train_opening=True)
+    assert choice.input_ids == whole.input_ids
+    assert tokenizer.decode(whole.input_ids[whole.answer_start:]).startswith("[2]")
+    assert tokenizer.decode(choice.input_ids[: choice.answer_start]).endswith("[")
+    assert tokenizer.decode(choice.input_ids[choice.answer_start:]).startswith("2]")
+    prose = episode(tokenizer, "The lighthouse [1]")  # no opening: nothing moves into the prompt
+    [as_prose] = answer_samples([prose], tokenizer)
+    [as_prose_whole] = answer_samples([prose], tokenizer, train_opening=True)
+    assert as_prose.answer_start == as_prose_whole.answer_start
 
 
 def test_the_frozen_context_loss_is_the_full_sequences_loss_on_the_answer(tokenizer, model_dir):
@@ -164,6 +180,7 @@ def test_run_sft_adds_the_phase_and_its_figures_and_leaves_old_runs_reusable(tok
     with pytest.raises(ValueError, match="golds"):
         run_sft([trajectory], str(model_dir), tmp_path / "again", sft=sft)
     # the phase's settings join an SFT run's identity only when the phase runs
-    assert SFTSettings().identity() == SFTSettings().model_dump(exclude={"answer_steps", "answer_batch_size", "answer_learning_rate", "answer_target"})
+    phase = {"answer_steps", "answer_batch_size", "answer_learning_rate", "answer_target", "answer_train_opening"}
+    assert SFTSettings().identity() == SFTSettings().model_dump(exclude=phase)
     assert SFTSettings(answer_target="teacher").identity() == SFTSettings().identity()
     assert SFTSettings(answer_steps=4).identity()["answer_steps"] == 4
