@@ -54,7 +54,11 @@ DEV_FILE_CANDIDATES = (REPO.parent / "shared" / "data" / "multihop_dev.jsonl", P
 
 @dataclass(frozen=True)
 class Size:
-    """One run's scale. The CPU size fits 2 hours on 2 cores, evaluation included."""
+    """One run's scale. The CPU size is meant to fit 2 hours on 2 cores, evaluation included, and
+    does not: its training does (about 30 minutes in bf16), but one student's row on the 150 dev
+    questions takes 24-53 minutes on an AVX512-BF16 CPU (by how long the student searches; about
+    twice that in fp32), and the run has three model rows and two synthetic ones, about 3 hours
+    in all (measured 2026-12-04; `--dev-rows`, `--skip-rl-dev-row` and cached rows split it)."""
 
     seeds: int  # extractive task seeds (documents the generator starts from)
     teacher_tasks: int  # train tasks the teacher runs (SFT data)
@@ -76,7 +80,7 @@ SIZES = {
     # A reduced CPU run (60 questions) for a session that cannot spend the full CPU size's 2 hours.
     "cpu-short": Size(seeds=200, teacher_tasks=60, sft_steps=30, grad_accum=1, rl_steps=2, rl_tasks_per_step=2, group_size=2,
                       eval_questions=60, synth_test=20, max_new_tokens=160, learning_rate=1e-3),
-    # 60 SFT sequences (~1.8K tokens each at ~60 tokens/s) and 150 dev questions per model row.
+    # 60 SFT sequences (~1.8K tokens each at ~60-100 tokens/s) and 150 dev questions per model row.
     "cpu": Size(seeds=400, teacher_tasks=120, sft_steps=30, grad_accum=2, rl_steps=2, rl_tasks_per_step=2, group_size=4,
                 eval_questions=150, synth_test=30, max_new_tokens=160, learning_rate=1e-3),
     "gpu": Size(seeds=2000, teacher_tasks=800, sft_steps=400, grad_accum=4, rl_steps=40, rl_tasks_per_step=8, group_size=8,
