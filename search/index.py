@@ -46,6 +46,12 @@ from search.grep import grep_chunks
 log = logging.getLogger(__name__)
 
 FUSE_DEPTH = 50  # top 50 of each leg go into RRF (Context-1)
+# Candidates Chroma's HNSW explores per query (its default is 100). At 100, two builds of the same
+# embeddings (the dev file's 5,834 chunks, 200 queries, top 50 of 100 fetched) disagreed on 40
+# lists and missed 127 of the 10,000 exact neighbours (builds insert in parallel, so the graph
+# differs run to run): a benchmark's hybrid row moved by a question between two builds of one
+# corpus. At 400 they disagreed on 1 list and missed 7, at the same 3-6 ms a query.
+SEARCH_EF = 400
 DEFAULT_WRITE_BATCH = 300  # Chroma Cloud accepts at most 300 records per write
 DEFAULT_READ_BATCH = 5000
 DEFAULT_EMBED_BLOCK = 1024  # texts per embedder call: length-sorting pays off over large blocks
@@ -153,7 +159,7 @@ class HybridIndex:
         self.rrf_k = rrf_k
         self.grep_timeout_s = grep_timeout_s
         self.store_documents = store_documents
-        self.hnsw = {"space": "cosine", **(hnsw or {})}
+        self.hnsw = {"space": "cosine", "ef_search": SEARCH_EF, **(hnsw or {})}
         self._state: _State | None = None
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_lock = threading.Lock()
@@ -198,12 +204,27 @@ class HybridIndex:
                 get_or_create=True,
             )
             return collection, True
+        self._raise_search_ef(collection)
         meta = collection.metadata or {}
         expected = self._metadata(chunker)
         for key in ("customer", "embedding_model", "embedding_dims", "chunker"):
             if key in meta and meta[key] != expected[key]:
                 raise ValueError(f"collection {name!r} has {key}={meta[key]!r}, expected {expected[key]!r}")
         return collection, False
+
+    def _raise_search_ef(self, collection: Any) -> None:
+        """A collection created with a lower `ef_search` (before `SEARCH_EF`, or by another tool)
+        is raised to this index's: it is a search-time setting, so no rebuild is needed, and
+        without it an old cached index and a fresh build of the same corpus rank differently."""
+        wanted = self.hnsw.get("ef_search")
+        configuration = getattr(collection, "configuration", None) or {}
+        current = (configuration.get("hnsw") or {}).get("ef_search")
+        if not wanted or current is None or current >= wanted:
+            return
+        try:
+            collection.modify(configuration={"hnsw": {"ef_search": wanted}})
+        except Exception as error:  # noqa: BLE001 - a server that refuses keeps serving at its own setting
+            log.warning("could not raise ef_search of %s from %s to %s: %s", collection.name, current, wanted, error)
 
     def customer_collections(self) -> list[str]:
         """Names of every collection built for this customer (any model or chunker)."""
@@ -333,6 +354,7 @@ class HybridIndex:
         chunker = chunker or _chunker_of(frame, None)
         name = self.collection_name(chunker)
         collection = self._get_collection(name)
+        self._raise_search_ef(collection)
         table = ChunkTable(frame)
         bm25 = None
         if self.bm25_dir is not None:

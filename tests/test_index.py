@@ -29,7 +29,7 @@ from search.bm25 import BM25Index, tokenize
 from search.chroma_client import http_client, persistent_client
 from search.fusion import rrf
 from search.collection_naming import collection_name
-from search.index import HybridIndex, IndexNotBuilt
+from search.index import SEARCH_EF, HybridIndex, IndexNotBuilt
 from search.index_checks import dense_recall_vs_brute_force, index_count_matches_chunks, no_duplicate_ids
 
 DATA = Path(__file__).parent / "data" / "multihop_sample.jsonl"
@@ -307,6 +307,40 @@ def test_collection_metadata_records_model_and_chunker(client, tmp_path, chunks)
     assert meta["chunker"] == CHUNKER and meta["customer"] == "acme"
     assert stats.collection == collection_name("acme", "test-hash-bow", CHUNKER) == index.name
     assert index.collection.configuration["hnsw"]["space"] == "cosine"
+
+
+def random_word_chunks(count: int, seed: int = 0) -> pl.DataFrame:
+    """`count` one-chunk documents of eight random words: many near-ties for HNSW to get wrong."""
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(3000)]
+    paragraphs = [{"title": f"t{i}", "text": " ".join(rng.choice(words, 8))} for i in range(count)]
+    return chunk_table([{"paragraphs": paragraphs}])
+
+
+def test_two_builds_of_one_corpus_rank_alike(tmp_path):
+    """Builds insert in parallel, so two HNSW graphs of the same vectors differ; the index
+    explores enough candidates (`SEARCH_EF`) that they still return the same top 50. At Chroma's
+    default of 100 these builds disagreed on about half of the lists."""
+    chunks = random_word_chunks(4000)
+    queries = [f"w{3 * i} w{3 * i + 1} w{7 * i % 3000}" for i in range(60)]
+    rankings, index = [], None
+    for build in range(2):
+        index = HybridIndex(persistent_client(tmp_path / f"chroma-{build}"), "acme", HashEmbedder(), tmp_path / f"bm25-{build}")
+        index.build_or_update(chunks, chunker=CHUNKER)
+        assert index.collection.configuration["hnsw"]["ef_search"] == SEARCH_EF
+        rankings.append([[hit.chunk_id for hit in index.search_dense(query, k=50)] for query in queries])
+    assert sum(first != second for first, second in zip(*rankings)) <= 2
+    assert dense_recall_vs_brute_force(index, queries, k=50) >= 0.995
+
+
+def test_an_older_collection_is_searched_at_the_current_ef(client, tmp_path, chunks):
+    """A collection built at Chroma's default `ef_search` is raised to the index's on open, so
+    a cached index and a fresh build of one corpus rank the same way."""
+    make_index(client, tmp_path, hnsw={"ef_search": 100}).build_or_update(chunks)
+    assert make_index(client, tmp_path).load(chunks).collection.configuration["hnsw"]["ef_search"] == SEARCH_EF
+    reopened = make_index(client, tmp_path)
+    reopened.build_or_update(chunks)
+    assert reopened.collection.configuration["hnsw"]["ef_search"] == SEARCH_EF
 
 
 def test_changing_chunker_or_model_builds_a_new_collection(client, tmp_path, chunks):
