@@ -723,3 +723,19 @@ def test_nx_seeds_follow_different_bridges():
         hop2 = episode.act(_tool_results(hop1, {0: [("Gisvi", text)]}), ALL_TOOLS)
         followed.append(tuple(call.arguments["query"].split()[0] for call in hop2.tool_calls if call.name == "search_corpus"))
     assert len(set(followed)) == 4 and all(len(bridges) == 3 for bridges in followed)
+
+
+def test_a_name_repeated_in_one_document_does_not_outweigh_the_sentence_that_links_it():
+    """A bridge's strength counts each anchor document once, at its best sentence: the name in
+    the sentence that shares the question's words (`Tomas Verlan issued the Gisvi Manifesto`)
+    is followed before a name a weaker neighbour repeats in sentence after sentence."""
+    episode = HeuristicEpisode("Who was the father of the person who issued the Gisvi Manifesto?")
+    hop1 = episode.act([], ALL_TOOLS)
+    results = {0: [
+        ("Reform movement", "The old party broke up in 1830. Tomas Verlan issued the Gisvi Manifesto in 1834."),
+        ("Kaspar Wayne", "Kaspar Wayne is a person raised by his father, Ravel Dorn. Ravel Dorn was a father to the League. "
+                         "His father Ravel Dorn trained him. Ravel Dorn, the father, returned in 1990."),
+    ]}
+    hop2 = episode.act(_tool_results(hop1, results), ALL_TOOLS)
+    queries = [call.arguments["query"] for call in hop2.tool_calls if call.name == "search_corpus"]
+    assert queries and queries[0].startswith("Tomas Verlan") and "father" in queries[0]

@@ -288,7 +288,11 @@ class HeuristicEpisode:
         An occurrence counts more in a heavier anchor and in a sentence that shares words with
         the question (the sentence that links the bridge to the question), and less for an
         entity found in many of the chunks seen (generic: `United States`) or already titled by
-        a seen document.
+        a seen document. Each anchor counts a name once, at its best sentence: summed over
+        sentences, a name a weak neighbour repeats (`Batman`, sentence after sentence of a Damian Wayne
+        paragraph) outweighed the one the linking sentence gives (`Peel issued the Tamworth
+        Manifesto`); measured on the dev file, answer found 0.801 -> 0.815 (MuSiQue 0.471 ->
+        0.500), gained on both halves of a split by task id.
         """
         scores = self._scores()
         n = max(2, len(self.seen))
@@ -300,6 +304,7 @@ class HeuristicEpisode:
         found: dict[str, float] = {}
         residuals: dict[str, list[str]] = {}
         for chunk, base in self._bridge_anchors(scores):
+            here: dict[str, float] = {}
             for sentence in split_sentences(chunk.text):
                 overlap = len(q_terms.intersection(question_terms(sentence)))
                 spans = entity_spans(sentence)
@@ -311,8 +316,10 @@ class HeuristicEpisode:
                     df = sum(1 for c in self.seen.values() if has_phrase(c.lower, low))
                     rarity = math.log(1 + n / (1 + df)) / math.log(1 + n)
                     weight = base * (1 + 0.5 * min(overlap, 4)) * rarity * (0.6 if low in seen_titles else 1.0)
-                    found[entity] = found.get(entity, 0.0) + weight
+                    here[entity] = max(here.get(entity, 0.0), weight)
                     residuals.setdefault(entity, [t for t in self.q_terms if t not in chunk.terms and t not in entity_words and t not in covered])
+            for entity, weight in here.items():
+                found[entity] = found.get(entity, 0.0) + weight
         ranked = sorted(found.items(), key=lambda item: -item[1])
         return [(entity, strength, residuals[entity]) for entity, strength in ranked]
 
