@@ -344,22 +344,38 @@ def test_sampled_logprobs_are_what_the_cispo_trainer_recomputes(sft_adapter, gpt
 
 
 def test_cispo_runs_two_steps_from_the_student(sft_adapter, gpt_oss_dir, tmp_path):
-    """Sampling near-greedily (T = 0.03: the student's distribution is still flat, so T = 1 would
-    sample noise) gives groups whose rewards differ; a trained step starts at pi/pi_old = 1."""
+    """Two CISPO steps from the student near-greedily (T = 0.03: the student's distribution is
+    still flat, so T = 1 samples noise) keep its answers; a step trained on groups whose rewards
+    differ starts at pi/pi_old = 1.
+
+    Where near-greedy sampling stops agreeing with itself depends on the CPU's arithmetic
+    (measured on an AVX512-BF16 machine: at T = 0.03 all 8 rollouts of both tasks answered with
+    the gold document, reward 2.0, so every group was dropped; at T = 0.1 rewards were mixed;
+    on the machines before it T = 0.03 was already mixed), so the trained step is looked for over
+    a few temperatures, from the lowest up, rather than at one.
+    """
     from core.training_settings import CispoConfig
     from training.cispo_trainer import train_cispo
 
     result, _ = sft_adapter
-    config = CispoConfig(group_size=4, tasks_per_step=2, steps=2, substeps=1, learning_rate=1e-2, max_new_tokens=64,
-                         temperature=0.03, harness={"max_turns": 3}, rollout_workers=1, checkpoint_every=1, seed=0)
-    run = train_cispo(config, lighthouse_tasks(), MemoryBackend(), gpt_oss_dir, result.adapter_path, tmp_path / "run")
+
+    def cispo(name: str, temperature: float, steps: int):
+        config = CispoConfig(group_size=4, tasks_per_step=2, steps=steps, substeps=1, learning_rate=1e-2, max_new_tokens=64,
+                             temperature=temperature, harness={"max_turns": 3}, rollout_workers=1, checkpoint_every=1, seed=0)
+        return train_cispo(config, lighthouse_tasks(), MemoryBackend(), gpt_oss_dir, result.adapter_path, tmp_path / name)
+
+    run = cispo("greedy", 0.03, steps=2)
     assert [row["step"] for row in run.history] == [0, 1] and run.steps == 2
     assert [p.name for p in run.checkpoints] == ["step-000001", "step-000002"]
     adapter_config = json.loads((run.adapter_path / "adapter_config.json").read_text())
     assert sorted(adapter_config["target_parameters"]) == sorted(GPT_OSS_EXPERT_PARAMETERS)
     assert max(row["reward_mean"] for row in run.history) > 1.0, "the student answers with the gold document"
     trained = [row for row in run.history if not row["skipped"]]
-    assert trained, "at least one group's rewards differed"
+    for temperature in (0.05, 0.1, 0.2, 0.4):
+        if trained:
+            break
+        trained = [row for row in cispo(f"t{temperature}", temperature, steps=1).history if not row["skipped"]]
+    assert trained, "at some temperature up to 0.4 a group's rewards differed"
     for row in trained:
         ratio = row["first_substep_ratio"]
         assert abs(ratio["min"] - 1.0) < 1e-3 and abs(ratio["max"] - 1.0) < 1e-3 and ratio["n_tokens"] > 0
