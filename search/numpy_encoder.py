@@ -47,6 +47,16 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     return (x - mean) / np.sqrt(var + eps) * weight + bias
 
 
+def mean_pooling(pooling: dict) -> bool:
+    """Whether a `1_Pooling/config.json` is plain mean pooling, in sentence-transformers' older
+    form (`pooling_mode_mean_tokens: true`) or the one its trainer saves today (`pooling_mode: mean`)."""
+    others = ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
+              "pooling_mode_lasttoken")
+    if "pooling_mode" in pooling:
+        return pooling["pooling_mode"] == "mean" or pooling["pooling_mode"] == ["mean"]
+    return bool(pooling.get("pooling_mode_mean_tokens")) and not any(pooling.get(mode) for mode in others)
+
+
 def check_supported(folder: Path, pooling_required: bool = True) -> dict:
     """The model's config, after checking the folder is a BERT encoder (with mean pooling when
     `pooling_required`: an embedder; a cross-encoder reads the [CLS] token through its head)."""
@@ -60,10 +70,8 @@ def check_supported(folder: Path, pooling_required: bool = True) -> dict:
         problems.append(f"hidden_act {config.get('hidden_act')!r} (only 'gelu')")
     if config.get("position_embedding_type", "absolute") != "absolute":
         problems.append(f"position_embedding_type {config.get('position_embedding_type')!r}")
-    if pooling_required and not pooling.get("pooling_mode_mean_tokens") or any(
-        pooling.get(mode) for mode in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
-    ):
-        problems.append("pooling other than mean tokens")
+    if pooling_required and not mean_pooling(pooling):
+        problems.append(f"pooling other than mean tokens ({pooling_file})")
     for name in ("model.safetensors", "tokenizer.json"):
         if not (folder / name).is_file():
             problems.append(f"no {name}")
