@@ -4,7 +4,7 @@ Why: an agent sees far more than it returns. On real multi-hop questions the heu
 has a supporting document somewhere in its trajectory for 96% of what it needs but returns 82%
 of them in its top 5; the loss is between finding and ranking. Selection takes every document
 the episode's tool calls returned (not only the ones the policy listed), scores each by its
-best chunk the episode saw with a cross-encoder, and fuses that order with the policy's own by
+best chunk the episode saw with the customer's reranker (`search.reranker`), and fuses that order with the policy's own by
 reciprocal rank, so a document both the policy and the reranker like comes first and one the
 policy found but did not list can still make the cut.
 

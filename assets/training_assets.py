@@ -67,8 +67,8 @@ def _checkpoint_metadata(manifest: CheckpointManifest) -> dict:
     group_name="training",
     kinds={"pytorch", "huggingface"},
     deps=[distractor_sets, "chroma_index"],
-    description="A cross-encoder fine-tuned on the customer's own verified train split (supporting chunks against "
-    "verified distractors and hybrid hard negatives), judged on the dev split against its untrained start; "
+    description="A bi-encoder (or cross-encoder: training.reranker.kind) fine-tuned on the customer's own verified train split "
+    "(supporting chunks against hybrid hard negatives), judged on the dev split against its untrained start; "
     "selection (`+rerank` candidates) uses it. Reused when nothing that determines it changed.",
 )
 def reranker_checkpoint(

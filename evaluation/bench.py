@@ -138,7 +138,7 @@ def run_bench_command(
     if isinstance(reranker, (str, Path)):
         reranker = Reranker.load(reranker)  # a bad folder fails here, named, before any indexing
     if any(spec.rerank for spec in specs) and reranker is None:
-        raise ValueError("+rerank candidates need --reranker DIR (a cross-encoder folder, e.g. a customer's reranker_checkpoint)")
+        raise ValueError("+rerank candidates need --reranker DIR (a bi- or cross-encoder folder, e.g. a customer's reranker_checkpoint)")
     if limit is not None and limit < 1:
         raise ValueError("limit must be >= 1")
     if workers is not None and workers < 1:

@@ -330,11 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--customer", default=None, help="for synthetic task files: the customer whose index to search")
     bench.add_argument("--split", default="test", help="for synthetic task files: which split (default test)")
     bench.add_argument("--workers", type=int, default=None, help="questions run concurrently")
-    bench.add_argument("--reranker", default=None, help="cross-encoder folder for +rerank candidates (a customer's reranker_checkpoint)")
+    bench.add_argument("--reranker", default=None, help="reranker folder (bi- or cross-encoder) for +rerank candidates (a customer's reranker_checkpoint)")
     finetune = add("finetune", cmd_finetune, _human_finetune, "distil (SFT) and/or reinforce (CISPO) a LoRA adapter for a customer")
     finetune.add_argument("customer")
     finetune.add_argument("--stage", choices=["sft", "rl", "all", "reranker"], default="all",
-                          help="sft, rl (CISPO from the SFT adapter), all (both), or reranker (the cross-encoder for selection)")
+                          help="sft, rl (CISPO from the SFT adapter), all (both), or reranker (selection's judge)")
     serve = add("serve", cmd_serve, _human_serve, "promote the best benchmarked checkpoint through the regression gate")
     serve.add_argument("customer")
     serve.add_argument("--rollback", action="store_true", help="restore the previously served policy")

@@ -51,7 +51,7 @@ finetune_reranker_job = dg.define_asset_job(
     **queue_limits("finetune_reranker"),
     selection=dg.AssetSelection.assets(*RERANKER_ASSETS),
     partitions_def=customers_partitions,
-    description="The customer's cross-encoder reranker on its verified tasks, checked on the dev split "
+    description="The customer's reranker (selection's judge) on its verified tasks, checked on the dev split "
     "(`searchsmith finetune --stage reranker`).",
 )
 

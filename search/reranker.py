@@ -1,14 +1,16 @@
-"""A cross-encoder that scores (question, chunk) pairs: the judge of the selection step.
+"""The judge of the selection step: scores (question, chunk) pairs, higher is more relevant.
 
-Why a cross-encoder: hybrid search and the agent's own ranking score a chunk without reading it
-together with the question; a cross-encoder reads both at once, which is what telling the
-document that answers from the one that merely shares words needs. It is too slow to run over a
-whole corpus, so it only reorders what search or an episode already surfaced (tens of chunks).
-
-The weights are a local sentence-transformers `CrossEncoder` folder: a customer's fine-tuned
-reranker (`training.reranker`), any cross-encoder folder named in the customer file, or the
-packaged all-MiniLM-L6-v2 encoder with a fresh one-logit head (the untrained start; its scores
-mean nothing until it is trained). Nothing is downloaded; a model is loaded once per process.
+Two kinds, told apart by the folder itself (`folder_kind`):
+- `bi`: a sentence-transformers bi-encoder; a pair scores as the cosine of the two embeddings.
+  The packaged all-MiniLM-L6-v2 already ranks by relevance, and a customer's copy fine-tuned on
+  its own verified tasks (`training.reranker`, the default kind) judges the surfaced documents
+  of real questions better than a cross-encoder trained on the same pairs (module doc of
+  `core.training_settings.RerankerSettings`).
+- `cross`: a sentence-transformers `CrossEncoder` (a `...ForSequenceClassification` head), which
+  reads question and chunk together. Its untrained start is the packaged encoder with a fresh
+  one-logit head, whose scores mean nothing until it is trained.
+Either is too slow for a whole corpus at query time, so it only reorders what search or an
+episode already surfaced (tens of chunks). Nothing is downloaded; a model is loaded once per process.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def fresh_head_quietly() -> Iterator[None]:
         yield
     finally:
         hf_logging.set_verbosity(previous)
+
+
+def folder_kind(folder: str | Path) -> str:
+    """`cross` for a folder with a sequence-classification head, `bi` for an encoder without one."""
+    import json
+
+    config = Path(folder) / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"reranker folder not found or not a model: {folder} (models are never downloaded)")
+    architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+    return "cross" if any(name.endswith("ForSequenceClassification") for name in architectures) else "bi"
 
 
 def load_cross_encoder(path: str | Path, device: str = "cpu", max_length: int = MAX_LENGTH, backend: str = "auto") -> Any:
@@ -104,23 +117,38 @@ def write_selection(folder: Path, calibration: dict[str, Any]) -> None:
 
 @dataclass
 class Reranker:
-    """Scores for (query, text) pairs from one cross-encoder folder; higher is more relevant."""
+    """Scores for (query, text) pairs from one reranker folder; higher is more relevant."""
 
     path: Path
     device: str = "cpu"
     batch_size: int = 32
     policy_weight: float = 1.0  # selection's weight of the policy's order (SELECTION_FILE)
     backend: str = "auto"  # torch | numpy | auto (load_cross_encoder)
+    kind: str = "cross"  # bi | cross (module doc)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, device: str = "cpu", backend: str = "auto") -> Reranker:
+    def load(cls, path: str | Path | None = None, device: str = "cpu", backend: str = "auto", kind: str | None = None) -> Reranker:
+        """`kind` None: the folder's own (`folder_kind`); `cross` over a bi-encoder folder is that
+        encoder with a fresh seeded head (the cross-encoder's untrained start)."""
         folder = Path(path) if path else start_model_dir()
-        reranker = cls(folder, device, policy_weight=read_selection(folder).get("policy_weight", 1.0), backend=backend)
+        found = folder_kind(folder)
+        kind = kind or found
+        if kind not in ("bi", "cross"):
+            raise ValueError(f"reranker kind {kind!r}: use bi or cross")
+        if kind == "bi" and found == "cross":
+            raise ValueError(f"reranker folder {folder} is a cross-encoder (it has a classification head), not a bi-encoder")
+        reranker = cls(folder, device, policy_weight=read_selection(folder).get("policy_weight", 1.0), backend=backend, kind=kind)
         reranker.model  # noqa: B018 - load now, so a bad folder fails where it is named
         return reranker
 
     @property
     def model(self) -> Any:
+        if self.kind == "bi":  # the index's own embedder class: one encoding path, one process cache
+            from search.embeddings import Embedder
+
+            embedder = Embedder(str(self.path), batch_size=self.batch_size, device=self.device, backend=self.backend)
+            embedder.dims  # noqa: B018 - loads the weights
+            return embedder
         return load_cross_encoder(self.path, self.device, backend=self.backend)
 
     @property
@@ -130,6 +158,9 @@ class Reranker:
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         if not texts:
             return []
+        if self.kind == "bi":  # cosine similarity
+            vectors = self.model.encode([query, *texts])  # unit length (Embedder)
+            return [float(s) for s in vectors[1:] @ vectors[0]]
         pairs = [(query, text) for text in texts]
         scores = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
         return [float(s) for s in scores]

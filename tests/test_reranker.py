@@ -20,10 +20,13 @@ from search.reranker import Reranker
 from synth.generate import generate_tasks
 from tests.test_synth_extractive import demo_frames, demo_index  # noqa: F401 - module fixtures: the demo corpus and its index
 from training.per_customer import collect_sft_trajectories, read_reranker, train_reranker_checkpoint, train_tasks
-from training.reranker import training_pairs
+from training.reranker import Pair, train_reranker, training_pairs
 
-SETTINGS = RerankerSettings(max_tasks=16, distractors=3, hard_negatives=3, batch_size=16, learning_rate=1e-4, eval_tasks=8, eval_depth=10,
-                            torch_threads=2)
+SETTINGS = RerankerSettings(kind="cross", max_tasks=16, distractors=3, hard_negatives=3, batch_size=16, learning_rate=1e-4, eval_tasks=8,
+                            eval_depth=10, torch_threads=2)
+# The default kind, sized like the cross-encoder's run: a bi-encoder learns from in-batch negatives.
+BI_SETTINGS = RerankerSettings(max_tasks=16, hard_negatives=3, batch_size=16, eval_tasks=8, eval_depth=10, torch_threads=2)
+KINDS = {"cross": SETTINGS, "bi": BI_SETTINGS}
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +36,11 @@ def tasks(demo_frames, demo_index):  # noqa: F811 - the imported fixture
     return result.verified_tasks
 
 
-@pytest.fixture(scope="module")
-def trained(tasks, demo_frames, demo_index, tmp_path_factory):  # noqa: F811
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def trained(request, tasks, demo_frames, demo_index, tmp_path_factory):  # noqa: F811
     store = LocalArtifactStore(tmp_path_factory.mktemp("store"))
     home = tmp_path_factory.mktemp("home")
-    checkpoint = train_reranker_checkpoint("acme", store, demo_index, tasks, demo_frames[0], SETTINGS, home)
+    checkpoint = train_reranker_checkpoint("acme", store, demo_index, tasks, demo_frames[0], KINDS[request.param], home)
     return store, home, checkpoint
 
 
@@ -65,10 +68,26 @@ def test_pairs_label_evidence_chunks_against_distractors_and_hard_negatives(task
 
 def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(trained, tasks, demo_frames, demo_index):  # noqa: F811
     store, home, checkpoint = trained
+    kind = checkpoint.train["metrics"]["kind"]
+    assert Reranker.load(checkpoint.path).kind == kind  # the folder says what it is
+    if kind == "cross":  # a cross-encoder cannot be read, or trained on, as a bi-encoder
+        with pytest.raises(ValueError, match="not a bi-encoder"):
+            Reranker.load(checkpoint.path, kind="bi")
+        with pytest.raises(ValueError, match="cannot start a bi-encoder"):
+            train_reranker([Pair("q", "a", 1.0), Pair("q", "b", 0.0)], BI_SETTINGS.model_copy(update={"base": checkpoint.path}), home / "x")
     assert checkpoint.train["pairs"] > 0 and checkpoint.train["steps"] > 0 and checkpoint.train["pairs_per_s"] > 0
     assert set(checkpoint.dev) == {"hybrid", "start", "trained"}
     assert all(0.0 <= row["recall_at_k"] <= 1.0 and row["tasks"] == checkpoint.dev["hybrid"]["tasks"] > 0 for row in checkpoint.dev.values())
-    assert checkpoint.beats_start, checkpoint.dev  # the recipe's claim: trained on synthetic tasks, better on unseen ones
+    if kind == "cross":
+        assert checkpoint.beats_start, checkpoint.dev  # the recipe's claim: trained on synthetic tasks, better on unseen ones
+    else:  # the bi-encoder's start already ranks this small corpus's dev tasks as well as hybrid's top 10 allows:
+        # training moved its scores and did not lose what the start had (the real-scale claim: README, bench/bench_dev.py)
+        assert checkpoint.dev["trained"]["recall_at_k"] >= checkpoint.dev["start"]["recall_at_k"], checkpoint.dev
+        question, texts = "Who wrote it?", ["It was written by a poet.", "A river runs through the valley."]
+        trained_scores = Reranker.load(checkpoint.path).score(question, texts)
+        assert trained_scores != pytest.approx(Reranker.load().score(question, texts), abs=1e-4)
+        # the folder the trainer saved (today's pooling config) scores the same without torch
+        assert Reranker.load(checkpoint.path, backend="numpy").score(question, texts) == pytest.approx(trained_scores, abs=1e-4)
     # the same dev tasks asked briefly, hybrid's order and the trained one's
     assert set(checkpoint.dev_brief) == {"hybrid", "trained"}
     assert all(row["tasks"] == checkpoint.dev["hybrid"]["tasks"] for row in checkpoint.dev_brief.values())
@@ -85,7 +104,7 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
 
     # a rerun with the same inputs reuses it; a worker without the folder pulls it from the store
     shutil.rmtree(checkpoint.path)
-    again = train_reranker_checkpoint("acme", store, demo_index, tasks, demo_frames[0], SETTINGS, home)
+    again = train_reranker_checkpoint("acme", store, demo_index, tasks, demo_frames[0], KINDS[kind], home)
     assert again.reused and again.run_id == checkpoint.run_id and (again.path and Reranker.load(again.path).score("q", ["t"]))
 
 
@@ -192,11 +211,41 @@ def test_the_search_service_serves_a_promoted_rerank_policy_as_it_was_benchmarke
 
 
 def test_the_reranker_identity_leaves_short_views_out_when_they_are_off():
-    """A reranker trained before short views existed keeps its run id (reused, not trained again)."""
+    """A cross-encoder trained before short views and kinds existed keeps its run id (reused, not trained again)."""
     from training.per_customer import reranker_identity
 
-    before = SETTINGS.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words"})
+    before = SETTINGS.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words", "kind"})
     assert reranker_identity(SETTINGS) == before
     assert reranker_identity(SETTINGS.model_copy(update={"short_query_words": 6})) == before
     on = reranker_identity(SETTINGS.model_copy(update={"short_queries": 1}))
     assert on["short_queries"] == 1 and on != before
+
+
+def test_a_kind_fills_what_the_customer_file_leaves_unset():
+    """`kind: cross` alone gets the cross-encoder's recipe; what the file sets is kept; a bi-encoder's
+    identity names its kind (it is never reused for a cross-encoder's run)."""
+    from core.training_settings import RERANKER_KIND_DEFAULTS
+    from training.per_customer import reranker_identity
+
+    assert RerankerSettings().kind == "bi" and RerankerSettings().model_dump(include=set(RERANKER_KIND_DEFAULTS["bi"])) == RERANKER_KIND_DEFAULTS["bi"]
+    cross = RerankerSettings.model_validate({"kind": "cross", "learning_rate": 1e-4})
+    assert cross.distractors == RERANKER_KIND_DEFAULTS["cross"]["distractors"] and cross.learning_rate == 1e-4
+    assert reranker_identity(RerankerSettings())["kind"] == "bi"
+    with pytest.raises(ValueError, match="kind"):
+        RerankerSettings.model_validate({"kind": "colbert"})
+
+
+def test_a_bi_encoder_scores_by_cosine_the_same_with_torch_and_numpy(tmp_path):
+    """The packaged MiniLM is the bi-encoder's start: the answering passage first, and the torch-free
+    backend (a serving-only install) gives the same scores."""
+    from search.reranker import folder_kind, start_model_dir
+
+    assert folder_kind(start_model_dir()) == "bi"
+    texts = ["Hamlet is a tragedy written by William Shakespeare around 1600.", "The Eiffel Tower stands in Paris."]
+    torch_scores = Reranker.load(backend="torch").score("Who wrote Hamlet?", texts)
+    numpy_scores = Reranker.load(backend="numpy").score("Who wrote Hamlet?", texts)
+    assert torch_scores[0] > torch_scores[1] and all(-1.0 <= s <= 1.0 for s in torch_scores)
+    assert numpy_scores == pytest.approx(torch_scores, abs=1e-4)
+    assert Reranker.load(kind="cross").kind == "cross"  # the cross-encoder's untrained start: the same folder, a fresh head
+    with pytest.raises(FileNotFoundError, match="not a model"):
+        Reranker.load(tmp_path)

@@ -76,7 +76,7 @@ def _trained_head_reranker(folder: Path) -> Path:
     seeded head, saved: what matters is the format, not what it learned)."""
     from search.reranker import Reranker
 
-    Reranker.load(backend="torch").model.save(str(folder))
+    Reranker.load(backend="torch", kind="cross").model.save(str(folder))
     return folder
 
 
@@ -208,7 +208,7 @@ def test_numpy_cross_encoder_refuses_the_untrained_start():
     from search.reranker import Reranker
 
     with pytest.raises(ValueError, match="untrained start draws its head with torch"):
-        Reranker.load(backend="numpy")
+        Reranker.load(backend="numpy", kind="cross")
 
 
 def test_a_local_model_policy_without_torch_says_what_to_install(monkeypatch, tmp_path):

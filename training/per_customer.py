@@ -452,7 +452,7 @@ class RerankerCheckpoint:
 
     customer: str
     run_id: str
-    path: str  # local folder (a CrossEncoder)
+    path: str  # local folder (a bi-encoder or a CrossEncoder: search.reranker.folder_kind)
     key: str  # its copy in the artifact store
     base: str
     train: dict[str, Any]
@@ -504,11 +504,14 @@ def _calibrate_selection(folder: Path, dev: list, chunks: Any, backend: SearchBa
 
 
 def reranker_identity(settings: RerankerSettings) -> dict[str, Any]:
-    """The settings that decide the trained weights. Short views off leave them out, so a reranker
-    trained before they existed is still reused, not paid for again."""
+    """The settings that decide the trained weights. Short views off leave them out, and a
+    cross-encoder leaves its kind out, so a reranker trained before either existed is still reused,
+    not paid for again."""
     exclude = {"torch_threads", "eval_tasks", "eval_depth"}
     if not settings.short_queries:
         exclude |= {"short_queries", "short_query_words"}
+    if settings.kind == "cross":
+        exclude |= {"kind"}
     return settings.model_dump(exclude=exclude)
 
 
@@ -539,7 +542,7 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     out = models_dir(home, customer, "reranker", run_id)
     run = train_reranker(pairs, settings, out)
     figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k, label="hybrid"),
-               "start": dev_recall(Reranker.load(base), dev, chunks, backend, settings.eval_depth, k, label="start"),
+               "start": dev_recall(Reranker.load(base, kind=settings.kind), dev, chunks, backend, settings.eval_depth, k, label="start"),
                "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k, label="trained")}
     # The same dev tasks asked briefly (the synthetic questions copy document sentences, people's do
     # not): does the trained order still beat hybrid's? The untrained start is not worth the minutes.

@@ -1,13 +1,18 @@
 """A per-customer reranker trained on the customer's own verified tasks, with no human labels.
 
-Pairs: for each verified train task, the agent's query against
+Pairs: for each verified train task, the agent's query (and short views of it) against
 - each supporting document's evidence chunk (the chunk holding its verified quote): label 1;
 - verified distractors (chunks checked not to contain the answer): label 0;
 - hybrid hard negatives (the best hybrid hits outside the task's gold documents): label 0.
 A chunk is read as the selection step reads it (`search.reranker.pair_text`), so training and use agree.
 
-Training is sentence-transformers' `CrossEncoderTrainer` with binary cross-entropy, from the
-customer's `training.reranker.base` or the packaged all-MiniLM-L6-v2 encoder with a fresh head.
+Training, from the customer's `training.reranker.base` or the packaged all-MiniLM-L6-v2, by kind:
+- `bi`: sentence-transformers' `SentenceTransformerTrainer` with the multiple-negatives ranking
+  loss over (query, positive, negative) triplets: each positive against one of its query's
+  negatives and every other passage in the batch (batches never hold one text twice, so a
+  task's evidence asked two ways is not its own negative);
+- `cross`: `CrossEncoderTrainer` with binary cross-entropy over the labelled pairs, from the
+  encoder with a fresh head.
 The check that matters is on the dev split, which training never sees: hybrid's top documents
 for each dev task reordered by the trained model against the same documents reordered by the
 start, scored as recall of the gold documents in the top k.
@@ -81,11 +86,8 @@ class RerankerRun:
 
 
 def train_reranker(pairs: Sequence[Pair], settings: RerankerSettings, out_dir: Path) -> RerankerRun:
-    """Fine-tune the start on `pairs`; the model is saved in `out_dir` (a `CrossEncoder` folder)."""
+    """Fine-tune the start on `pairs`; the model is saved in `out_dir` (a folder of `settings.kind`)."""
     import torch
-    from datasets import Dataset
-    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
     if not pairs or not any(p.label for p in pairs) or all(p.label for p in pairs):
         raise ValueError(f"reranker training needs positive and negative pairs; got {len(pairs)} pairs "
@@ -93,6 +95,65 @@ def train_reranker(pairs: Sequence[Pair], settings: RerankerSettings, out_dir: P
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     base = settings.base or str(start_model_dir())
+    if settings.kind == "bi":
+        return _train_bi_encoder(pairs, settings, base, out_dir)
+    return _train_cross_encoder(pairs, settings, base, out_dir)
+
+
+def triplets(pairs: Sequence[Pair]) -> list[tuple[str, str, str]]:
+    """(query, positive, negative) for each positive pair, its query's negatives taken in turn;
+    a query without a negative has nothing to contrast and gives none."""
+    by_query: dict[str, tuple[list[str], list[str]]] = {}
+    for pair in pairs:
+        by_query.setdefault(pair.query, ([], []))[0 if pair.label else 1].append(pair.text)
+    return [(query, positive, negatives[i % len(negatives)])
+            for query, (positives, negatives) in by_query.items() if negatives for i, positive in enumerate(positives)]
+
+
+def _train_bi_encoder(pairs: Sequence[Pair], settings: RerankerSettings, base: str, out_dir: Path) -> RerankerRun:
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
+    from sentence_transformers.training_args import BatchSamplers
+
+    from search.reranker import folder_kind
+
+    if folder_kind(base) != "bi":
+        raise ValueError(f"training.reranker.base {base}: a cross-encoder folder cannot start a bi-encoder (kind: bi); "
+                         "name a sentence-transformers embedding folder, or set kind: cross")
+    examples = triplets(pairs)
+    if not examples:
+        raise ValueError(f"reranker training (kind bi) needs queries with a positive and a negative; got none from {len(pairs)} pairs")
+    random.Random(settings.seed).shuffle(examples)
+    dataset = Dataset.from_dict({name: [t[i] for t in examples] for i, name in enumerate(("anchor", "positive", "negative"))})
+    model = SentenceTransformer(base, device="cpu" if not torch.cuda.is_available() else None, local_files_only=True)
+    model.max_seq_length = settings.max_length
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out_dir / "trainer"), num_train_epochs=settings.epochs, per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate, warmup_ratio=settings.warmup_ratio, seed=settings.seed, data_seed=settings.seed,
+        batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no", report_to="none", dataloader_pin_memory=False,
+        logging_steps=10, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, callbacks=[_progress_callback()],
+                                         loss=losses.MultipleNegativesRankingLoss(model))
+    started = time.perf_counter()
+    result = trainer.train()
+    elapsed = time.perf_counter() - started
+    model.save(str(out_dir))
+    # A triplet is two labelled pairs (query-positive, query-negative) read against the batch.
+    return RerankerRun(path=out_dir, base=base, pairs=len(pairs), positives=sum(1 for p in pairs if p.label),
+                       steps=int(result.global_step), train_s=round(elapsed, 1),
+                       pairs_per_s=round(2 * len(examples) * settings.epochs / elapsed, 1),
+                       metrics={"train_loss": round(float(result.training_loss), 4), "triplets": len(examples), "kind": "bi"})
+
+
+def _train_cross_encoder(pairs: Sequence[Pair], settings: RerankerSettings, base: str, out_dir: Path) -> RerankerRun:
+    import torch
+    from datasets import Dataset
+    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+
     shuffled = list(pairs)
     random.Random(settings.seed).shuffle(shuffled)
     dataset = Dataset.from_dict({"query": [p.query for p in shuffled], "text": [p.text for p in shuffled],
@@ -115,7 +176,7 @@ def train_reranker(pairs: Sequence[Pair], settings: RerankerSettings, out_dir: P
     model.save_pretrained(str(out_dir))
     return RerankerRun(path=out_dir, base=base, pairs=len(pairs), positives=positives, steps=int(result.global_step),
                        train_s=round(elapsed, 1), pairs_per_s=round(len(pairs) * settings.epochs / elapsed, 1),
-                       metrics={"train_loss": round(float(result.training_loss), 4)})
+                       metrics={"train_loss": round(float(result.training_loss), 4), "kind": "cross"})
 
 
 def _progress_callback() -> Any:

@@ -1,6 +1,6 @@
 """How much selection trusts the policy's order against the reranker's, chosen per customer.
 
-Why: selection fuses the policy's ranking with a cross-encoder's by reciprocal rank, equal
+Why: selection fuses the policy's ranking with the reranker's by reciprocal rank, equal
 weights by default. A reranker fine-tuned for a few minutes on synthetic tasks can be worse than
 the heuristic's own order on real questions (measured on the multi-hop dev file: heuristic 0.801
 answer found, heuristic+rerank 0.594 at weight 1), and a served `+rerank` must not lose what the
