@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_dev.py [--tasks ../shared/data/multihop_dev.jsonl]
         [--policies bm25,dense,hybrid,heuristic,heuristic@4] [--k 5] [--out bench/out/dev] [--limit N]
-        [--reranker DIR  (with hybrid+rerank, heuristic+rerank: selection by a trained cross-encoder)]
+        [--reranker DIR  (with hybrid+rerank, heuristic+rerank: selection by a trained reranker)]
 
 Prints the markdown table (and the per-dataset one) and writes report.json, report.md, plots,
 trajectories and per-task scores under --out. The first run indexes the pooled corpus
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--cache", type=Path, default=None, help="index cache root (default $SEARCHSMITH_HOME/cache/benchmarks)")
-    parser.add_argument("--reranker", type=Path, default=None, help="cross-encoder folder for +rerank candidates")
+    parser.add_argument("--reranker", type=Path, default=None, help="reranker folder (bi- or cross-encoder) for +rerank candidates")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
 

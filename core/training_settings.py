@@ -220,8 +220,8 @@ class RerankerSettings(_Strict):
     `kind`: `bi` (default) fine-tunes the packaged all-MiniLM-L6-v2 bi-encoder, which already ranks
     by relevance (it is hybrid's dense leg), with a ranking loss; `cross` trains a cross-encoder,
     whose start is the same encoder with a fresh head. Measured on the multi-hop dev file (453 real
-    questions, k=5, `bench/selection_sweep.py`): hybrid 0.653, with the fine-tuned cross-encoder
-    0.658, with the fine-tuned bi-encoder 0.678. Fields left unset take the kind's defaults
+    questions, k=5, `bench/bench_dev.py`, README): hybrid 0.653, hybrid+rerank 0.658 with the
+    fine-tuned cross-encoder, 0.678 with the fine-tuned bi-encoder. Fields left unset take the kind's defaults
     (`RERANKER_KIND_DEFAULTS`)."""
 
     enabled: bool = True
