@@ -151,7 +151,7 @@ class RunConsole:
         self.detail: dict[str, str] = {}  # step key -> its latest log message
         self.metadata: dict[str, dict[str, Any]] = {}  # asset -> metadata of this session's last materialization
         self.steps: list[str] = []  # finished step lines, in order
-        self.checks: dict[str, bool] = {}  # check name -> passed, this session
+        self.checks: dict[str, bool | str] = {}  # check name -> passed (True), failed (False) or "warn", this session
         self.check_steps: set[str] = set()  # steps that evaluated checks: no line of their own when they pass
         self._status_width = 0
         self._stop = threading.Event()
@@ -184,12 +184,14 @@ class RunConsole:
             self.metadata[materialization.asset_key.to_user_string()] = {k: _plain(v) for k, v in materialization.metadata.items()}
         elif event.event_type_value == "ASSET_CHECK_EVALUATION":
             check = event.asset_check_evaluation_data
-            self.checks[check.check_name] = bool(check.passed)
+            warned = not check.passed and getattr(check.severity, "value", check.severity) == "WARN"  # non-blocking
+            self.checks[check.check_name] = True if check.passed else ("warn" if warned else False)
             if step:
                 self.check_steps.add(step)
             if not check.passed:
                 why = check_reason(check.description, check.metadata)
-                self._print(f"  check {check.check_name} FAILED on {check.asset_key.to_user_string()}" + (f": {why}" if why else ""))
+                self._print(f"  check {check.check_name} {'WARNING' if warned else 'FAILED'} on {check.asset_key.to_user_string()}"
+                            + (f": {why}" if why else ""))
         elif event.is_step_up_for_retry and step:
             self._print(f"  {step}: retrying ({(event.message or '').splitlines()[0][:160]})")
         elif (event.is_step_success or event.is_step_failure) and step:
@@ -281,8 +283,11 @@ class RunConsole:
             self._clear_status()
             self._end_foreign_line()  # the `checks` line and the session's `event log:` line start their own
             if self.checks:
-                failed = sorted(name for name, passed in self.checks.items() if not passed)
-                self.stream.write(f"{'checks':<{self.name_width}} {len(self.checks) - len(failed)} of {len(self.checks)} passed"
+                failed = sorted(name for name, passed in self.checks.items() if passed is False)
+                warned = sorted(name for name, passed in self.checks.items() if passed == "warn")
+                passed = len(self.checks) - len(failed) - len(warned)
+                self.stream.write(f"{'checks':<{self.name_width}} {passed} of {len(self.checks)} passed"
+                                  + (f"; WARNING: {', '.join(warned)}" if warned else "")
                                   + (f"; FAILED: {', '.join(failed)}" if failed else "") + "\n")
             self.stream.flush()
 

@@ -56,9 +56,10 @@ def check_status(instance: dg.DagsterInstance, check: dg.AssetCheckKey, customer
             if run is None or run.tags.get("dagster/partition") != customer:
                 continue
         return {"check": check.name, "asset": check.asset_key.to_user_string(), "passed": bool(evaluation.passed),
+                "severity": getattr(evaluation.severity, "value", str(evaluation.severity)),  # WARN: a failure that does not block
                 "evaluated_at": _iso(record.create_timestamp), "run_id": record.run_id,
                 "metadata": {k: _plain(v) for k, v in evaluation.metadata.items()}}
-    return {"check": check.name, "asset": check.asset_key.to_user_string(), "passed": None, "evaluated_at": None, "run_id": None, "metadata": {}}
+    return {"check": check.name, "asset": check.asset_key.to_user_string(), "passed": None, "severity": None, "evaluated_at": None, "run_id": None, "metadata": {}}
 
 
 def next_resync(instance: dg.DagsterInstance, customer: str, cron: str, now: datetime | None = None) -> dict[str, Any]:
@@ -99,7 +100,8 @@ def customer_status(customer: str, instance: dg.DagsterInstance | None = None) -
         "registered": customer in instance.get_dynamic_partitions("customers"),
         "assets": assets,
         "checks": checks,
-        "failing_checks": [check["check"] for check in checks if check["passed"] is False],
+        "failing_checks": [check["check"] for check in checks if check["passed"] is False and check["severity"] != "WARN"],
+        "warning_checks": [check["check"] for check in checks if check["passed"] is False and check["severity"] == "WARN"],
         "served": served_status(customer),
         "resync": next_resync(instance, customer, config.schedule),
     }
@@ -122,8 +124,9 @@ def render_status(payload: dict[str, Any], now: datetime | None = None) -> str:
         when = _ago(asset["materialized_at"], now)
         lines.append(f"  {asset['asset']:<{width}} {when:>12}  {asset['figures'] if asset['materialized_at'] else ''}".rstrip())
     evaluated = [check for check in payload["checks"] if check["passed"] is not None]
-    failing = payload["failing_checks"]
-    lines.append(f"checks: {len(evaluated) - len(failing)} of {len(payload['checks'])} passing"
+    failing, warning = payload["failing_checks"], payload["warning_checks"]
+    lines.append(f"checks: {len(evaluated) - len(failing) - len(warning)} of {len(payload['checks'])} passing"
+                 + (f"; WARNING: {', '.join(warning)}" if warning else "")
                  + (f"; FAILING: {', '.join(failing)}" if failing else "")
                  + (f"; {len(payload['checks']) - len(evaluated)} never evaluated" if len(evaluated) < len(payload["checks"]) else ""))
     served = payload["served"]

@@ -19,7 +19,7 @@ from evaluation.synth_tasks import tasks_from_synth
 from search.reranker import Reranker
 from synth.generate import generate_tasks
 from tests.test_synth_extractive import demo_frames, demo_index  # noqa: F401 - module fixtures: the demo corpus and its index
-from training.per_customer import collect_sft_trajectories, read_reranker, train_reranker_checkpoint, train_tasks
+from training.per_customer import RerankerCheckpoint, collect_sft_trajectories, read_reranker, train_reranker_checkpoint, train_tasks
 from training.reranker import Pair, train_reranker, training_pairs
 
 SETTINGS = RerankerSettings(kind="cross", max_tasks=16, distractors=3, hard_negatives=3, batch_size=16, learning_rate=1e-4, eval_tasks=8,
@@ -219,6 +219,21 @@ def test_the_reranker_identity_leaves_short_views_out_when_they_are_off():
     assert reranker_identity(SETTINGS.model_copy(update={"short_query_words": 6})) == before
     on = reranker_identity(SETTINGS.model_copy(update={"short_queries": 1}))
     assert on["short_queries"] == 1 and on != before
+
+
+@pytest.mark.parametrize(("start", "trained", "verdict"), [
+    ((0.80, 0.90), (0.85, 0.90), "pass"),  # better recall
+    ((0.80, 0.90), (0.80, 0.95), "pass"),  # same recall, better MRR
+    ((0.80, 0.90), (0.80, 0.90), "fail"),  # a tie below the ceiling is not a gain
+    ((0.90, 0.95), (0.85, 0.99), "fail"),
+    ((1.00, 1.00), (1.00, 1.00), "warn"),  # nothing to beat: reported, the lineage goes on
+    ((1.00, 1.00), (0.95, 1.00), "fail"),  # worse than a perfect start still stops it
+])
+def test_the_dev_check_warns_only_when_the_start_leaves_nothing_to_beat(start, trained, verdict):
+    dev = {name: {"recall_at_k": recall, "mrr": mrr, "tasks": 4} for name, (recall, mrr) in (("start", start), ("trained", trained))}
+    checkpoint = RerankerCheckpoint(customer="c", run_id="r", path="p", key="k", base="b", train={}, dev=dev)
+    found, why = checkpoint.verdict()
+    assert found == verdict and "4 dev tasks" in why
 
 
 def test_a_kind_fills_what_the_customer_file_leaves_unset():
