@@ -30,11 +30,20 @@ class SelectionSettings:
     rrf_k: float = 10.0
     policy_weight: float = 1.0
     max_candidates: int = 40  # surfaced documents judged per episode (policy order first)
+    chain_anchors: int = 0  # judge by two-document chains from this many first links (`Reranker.chain_order`); 0: by the question
 
 
 def settings_for(reranker: Reranker) -> SelectionSettings:
-    """Selection with the policy weight chosen for this reranker on its customer's dev split."""
-    return SelectionSettings(policy_weight=reranker.policy_weight)
+    """Selection as chosen for this reranker on its customer's dev split (weight, chains)."""
+    return SelectionSettings(policy_weight=reranker.policy_weight, chain_anchors=reranker.chain_anchors)
+
+
+def judge(reranker: Reranker, question: str, candidates: Sequence[tuple[str, list[str]]], chain_anchors: int) -> list[tuple[str, float]]:
+    """The reranker's order of the surfaced documents, best first with scores: by the question, or
+    by the chains through them (`chain_anchors` > 0)."""
+    if chain_anchors:
+        return reranker.chain_order(question, candidates, chain_anchors)
+    return reranker.order(question, candidates)
 
 
 def policy_order(trajectory: Trajectory) -> list[str]:
@@ -76,12 +85,13 @@ def select(trajectory: Trajectory, question: str, backend: SearchBackend, rerank
     `settings`: by default the reranker's own calibrated weight (`settings_for`)."""
     settings = settings or settings_for(reranker)
     order = policy_order(trajectory)[: settings.max_candidates]
-    judged = reranker.order(question, surfaced_texts(trajectory, backend, order))
+    judged = judge(reranker, question, surfaced_texts(trajectory, backend, order), settings.chain_anchors)
     fused = fuse(order, [doc for doc, _ in judged], settings)[:k]
     previous = {doc.doc_id: doc for doc in trajectory.final_ranking}
     score = dict(judged)
+    how = "chain score" if settings.chain_anchors else "reranker score"
     return [
         previous[doc].model_copy() if doc in previous else RankedDocument(
-            doc_id=doc, title=backend.document_title(doc) or "", justification=f"selected: reranker score {score[doc]:.3f}")
+            doc_id=doc, title=backend.document_title(doc) or "", justification=f"selected: {how} {score[doc]:.3f}")
         for doc in fused
     ]

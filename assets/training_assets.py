@@ -96,6 +96,7 @@ def reranker_checkpoint(
         **{f"dev_brief/{row}/recall_at_k": float(figures["recall_at_k"]) for row, figures in checkpoint.dev_brief.items()},
         "selection": dg.MetadataValue.json(checkpoint.selection),
         "selection_policy_weight": float(checkpoint.selection.get("policy_weight", 1.0)),
+        "selection_chain_anchors": int(checkpoint.selection.get("chain_anchors", 0)),
     })
 
 

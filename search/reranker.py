@@ -26,8 +26,9 @@ from search.embedding_window import default_embedding_model_path
 
 MAX_LENGTH = 256  # word pieces per (question, chunk) pair: MiniLM's window
 # Beside a trained reranker's weights: how much selection trusts the policy's order against this
-# reranker's (`policy_weight`), chosen on the customer's dev split when it was trained
-# (training.selection_weight). A folder without it gets selection's default weight, 1.
+# reranker's (`policy_weight`) and whether it judges by chains (`chain_anchors`), chosen on the
+# customer's dev split when it was trained (training.selection_weight). A folder without it gets
+# selection's defaults: weight 1, judged by the question alone.
 SELECTION_FILE = "searchsmith_selection.json"
 START_SEED = 0  # the untrained start's head is drawn with this seed, so "untrained" is one model
 
@@ -123,6 +124,7 @@ class Reranker:
     device: str = "cpu"
     batch_size: int = 32
     policy_weight: float = 1.0  # selection's weight of the policy's order (SELECTION_FILE)
+    chain_anchors: int = 0  # selection judges by two-document chains from this many first links (0: by the question alone)
     backend: str = "auto"  # torch | numpy | auto (load_cross_encoder)
     kind: str = "cross"  # bi | cross (module doc)
 
@@ -137,7 +139,9 @@ class Reranker:
             raise ValueError(f"reranker kind {kind!r}: use bi or cross")
         if kind == "bi" and found == "cross":
             raise ValueError(f"reranker folder {folder} is a cross-encoder (it has a classification head), not a bi-encoder")
-        reranker = cls(folder, device, policy_weight=read_selection(folder).get("policy_weight", 1.0), backend=backend, kind=kind)
+        calibrated = read_selection(folder)
+        reranker = cls(folder, device, policy_weight=calibrated.get("policy_weight", 1.0), backend=backend, kind=kind,
+                       chain_anchors=int(calibrated.get("chain_anchors", 0)))
         reranker.model  # noqa: B018 - load now, so a bad folder fails where it is named
         return reranker
 
@@ -165,12 +169,56 @@ class Reranker:
         scores = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
         return [float(s) for s in scores]
 
+    def score_many(self, queries: Sequence[str], texts: Sequence[str]) -> list[list[float]]:
+        """Scores of every text for each query; a bi-encoder encodes each text once."""
+        if not texts or not queries:
+            return [[] for _ in queries]
+        if self.kind == "bi":
+            vectors = self.model.encode([*queries, *texts])
+            return [[float(s) for s in row] for row in vectors[: len(queries)] @ vectors[len(queries):].T]
+        return [self.score(query, texts) for query in queries]
+
     def order(self, query: str, candidates: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, float]]:
         """Documents best first: each `(doc_id, texts)` scores as its best text (a document is as
         relevant as the best chunk of it the episode saw)."""
         flat = [(doc_id, text) for doc_id, texts in candidates for text in texts]
-        scores = self.score(query, [text for _, text in flat])
-        best: dict[str, float] = {}
-        for (doc_id, _), value in zip(flat, scores):
-            best[doc_id] = max(value, best.get(doc_id, float("-inf")))
+        best = _best_per_document(flat, self.score(query, [text for _, text in flat]))
         return sorted(best.items(), key=lambda item: -item[1])
+
+    def chain_order(self, query: str, candidates: Sequence[tuple[str, Sequence[str]]], anchors: int) -> list[tuple[str, float]]:
+        """Documents by the best two-document chain through them, best first.
+
+        Why: a later hop of a multi-hop question shares few words with the question (the Indiana
+        alcohol law for "the state where Greenfield-Central High is"), so judged against the
+        question alone it loses to near-copies of the first hop. As in multi-hop dense retrieval,
+        the question is extended with each of the `anchors` best documents (its best chunk) and
+        the others are judged against that: a chain (a, d) scores s(q, a) + s(q + a, d), and a
+        document takes the best chain it is part of, as its first or second link."""
+        flat = [(doc_id, text) for doc_id, texts in candidates for text in texts]
+        if not flat:
+            return []
+        texts = [text for _, text in flat]
+        direct = self.score(query, texts)
+        best = _best_per_document(flat, direct)
+        firsts = sorted(best, key=lambda doc: -best[doc])[:anchors]
+        best_text = {}
+        for (doc_id, text), value in zip(flat, direct):
+            if doc_id in firsts and value >= best[doc_id]:
+                best_text.setdefault(doc_id, text)
+        chain = {doc: float("-inf") for doc in best}
+        for first, row in zip(firsts, self.score_many([f"{query} {best_text[first]}" for first in firsts], texts)):
+            for doc, value in _best_per_document(flat, row).items():
+                if doc != first:
+                    linked = best[first] + value
+                    chain[doc] = max(chain[doc], linked)
+                    chain[first] = max(chain[first], linked)
+        if len(best) == 1:
+            chain = dict(best)
+        return sorted(chain.items(), key=lambda item: -item[1])
+
+
+def _best_per_document(flat: Sequence[tuple[str, str]], scores: Sequence[float]) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for (doc_id, _), value in zip(flat, scores):
+        best[doc_id] = max(value, best.get(doc_id, float("-inf")))
+    return best

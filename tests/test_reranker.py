@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from agent.policy_spec import PolicySpec
-from agent.selection import SelectionSettings, fuse, policy_order
+from agent.selection import SelectionSettings, fuse, policy_order, settings_for
 from core.storage import LocalArtifactStore
 from core.task_settings import TaskGenConfig
 from core.training_settings import RerankerSettings
@@ -66,6 +66,22 @@ def test_pairs_label_evidence_chunks_against_distractors_and_hard_negatives(task
     assert set(view_of) == views  # every view keeps a positive of its own task
 
 
+def test_chain_pairs_extend_the_question_with_one_hop_and_label_the_next(tasks, demo_frames, demo_index):  # noqa: F811
+    train = [t for t in tasks if t.split == "train"]
+    bridged = [t for t in train if len(t.supporting_ids) > 1][:4]
+    assert bridged, "the demo tasks have multi-hop ones"
+    plain = training_pairs(bridged, demo_frames[0], demo_index, SETTINGS)
+    chained = training_pairs(bridged, demo_frames[0], demo_index, SETTINGS.model_copy(update={"chain_pairs": True}))
+    extra = [p for p in chained if p not in plain]
+    assert [p for p in chained if p in plain] == plain  # the question's own pairs are unchanged
+    for task in bridged:
+        first, second = (demo_index.document_title(item.id) for item in task.supporting_items[:2])
+        mine = [p for p in extra if p.query.startswith(f"{task.agent_query} {first}\n")]
+        assert mine, task.agent_query  # the question, then the first hop's evidence as selection reads it
+        assert {p.text.split("\n", 1)[0] for p in mine if p.label == 1.0} == {second}  # the next hop is the answer
+        assert all(p.text.split("\n", 1)[0] not in (first, second) for p in mine if p.label == 0.0)
+
+
 def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(trained, tasks, demo_frames, demo_index):  # noqa: F811
     store, home, checkpoint = trained
     kind = checkpoint.train["metrics"]["kind"]
@@ -96,16 +112,40 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
     # selection's policy weight, chosen on the dev split, travels with the weights
     from training.selection_weight import WEIGHTS
 
-    weight = checkpoint.selection["policy_weight"]
-    assert weight in WEIGHTS and checkpoint.selection["tasks"] > 0 and Reranker.load(checkpoint.path).policy_weight == weight
-    by_weight = checkpoint.selection["recall_at_k_by_weight"]
-    assert by_weight[str(weight)] == max(by_weight.values())
+    from training.selection_weight import CHAIN_CHOICES
+
+    weight, chain = checkpoint.selection["policy_weight"], checkpoint.selection["chain_anchors"]
+    assert weight in WEIGHTS and chain in CHAIN_CHOICES and checkpoint.selection["tasks"] > 0
+    loaded = Reranker.load(checkpoint.path)
+    assert (loaded.policy_weight, loaded.chain_anchors) == (weight, chain)
+    assert settings_for(loaded) == SelectionSettings(policy_weight=weight, chain_anchors=chain)
+    by_weight, by_choice = checkpoint.selection["recall_at_k_by_weight"], checkpoint.selection["recall_at_k_by_choice"]
+    assert by_weight[str(weight)] == max(by_weight.values()) == max(by_choice.values()) == by_choice[f"chain{chain}/{weight:g}"]
     assert any(key.endswith("searchsmith_selection.json") for key in store.list(checkpoint.key))
 
     # a rerun with the same inputs reuses it; a worker without the folder pulls it from the store
     shutil.rmtree(checkpoint.path)
     again = train_reranker_checkpoint("acme", store, demo_index, tasks, demo_frames[0], KINDS[kind], home)
     assert again.reused and again.run_id == checkpoint.run_id and (again.path and Reranker.load(again.path).score("q", ["t"]))
+
+
+def test_a_rerun_after_a_step_past_training_failed_checks_the_weights_without_training_again(trained, tasks, demo_frames, demo_index,  # noqa: F811
+                                                                                            tmp_path, monkeypatch):
+    import training.reranker
+
+    store, home, checkpoint = trained
+    kind = checkpoint.train["metrics"]["kind"]
+
+    def trained_again(*args, **kwargs):
+        raise AssertionError("the reranker was trained again")
+
+    monkeypatch.setattr(training.reranker, "train_reranker", trained_again)
+    empty = LocalArtifactStore(tmp_path / "store")  # no manifest: the dev check, calibration or upload failed last time
+    again = train_reranker_checkpoint("acme", empty, demo_index, tasks, demo_frames[0], KINDS[kind], home)
+    assert not again.reused and again.run_id == checkpoint.run_id and again.path == checkpoint.path
+    assert {key: again.train[key] for key in ("pairs", "steps", "train_s")} == {key: checkpoint.train[key] for key in ("pairs", "steps", "train_s")}
+    assert {m: again.dev["trained"][m] for m in ("recall_at_k", "mrr")} == {m: checkpoint.dev["trained"][m] for m in ("recall_at_k", "mrr")}
+    assert read_reranker(empty, "acme").run_id == checkpoint.run_id
 
 
 def test_selection_reorders_only_what_the_episode_surfaced(trained, tasks, demo_frames, demo_index):  # noqa: F811
@@ -214,11 +254,14 @@ def test_the_reranker_identity_leaves_short_views_out_when_they_are_off():
     """A cross-encoder trained before short views and kinds existed keeps its run id (reused, not trained again)."""
     from training.per_customer import reranker_identity
 
-    before = SETTINGS.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words", "kind"})
+    before = SETTINGS.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words", "kind",
+                                          "chain_pairs"})
     assert reranker_identity(SETTINGS) == before
     assert reranker_identity(SETTINGS.model_copy(update={"short_query_words": 6})) == before
     on = reranker_identity(SETTINGS.model_copy(update={"short_queries": 1}))
     assert on["short_queries"] == 1 and on != before
+    chains = reranker_identity(SETTINGS.model_copy(update={"chain_pairs": True}))
+    assert chains["chain_pairs"] is True and chains != before
 
 
 @pytest.mark.parametrize(("start", "trained", "verdict"), [
@@ -264,3 +307,44 @@ def test_a_bi_encoder_scores_by_cosine_the_same_with_torch_and_numpy(tmp_path):
     assert Reranker.load(kind="cross").kind == "cross"  # the cross-encoder's untrained start: the same folder, a fresh head
     with pytest.raises(FileNotFoundError, match="not a model"):
         Reranker.load(tmp_path)
+
+
+CHAIN_QUESTION = "What time does the state where Greenfield-Central High is stop selling booze?"
+CHAIN_CANDIDATES = [
+    ("school", ["Greenfield-Central High School\nGreenfield-Central High School is a public high school in Greenfield, Indiana.",
+                "Greenfield-Central High School\nIts teams are the Cougars."]),
+    ("indiana", ["Alcohol laws of Indiana\nIn Indiana, retail sales of alcoholic beverages end at 3 a.m."]),
+    ("utah", ["Alcohol laws of Utah\nUtah sells liquor in state-run stores, which close at 10 p.m."]),
+    ("river", ["White River (Indiana)\nThe White River flows through central Indiana."]),
+]
+
+
+@pytest.mark.parametrize("kind", ["bi", "cross"])
+def test_a_chain_scores_its_first_link_by_the_question_and_the_next_by_the_question_extended_with_it(kind):
+    """Each document takes the best two-document chain through it: s(q, a) + s(q + a's best text, d),
+    `a` among the `anchors` best documents by the question alone, as the first or the second link."""
+    reranker = Reranker.load(kind=kind)
+    direct = dict(reranker.order(CHAIN_QUESTION, CHAIN_CANDIDATES))
+    for anchors in (1, 2, 4):
+        firsts = sorted(direct, key=lambda doc: -direct[doc])[:anchors]
+        expected = {doc: float("-inf") for doc in direct}
+        for first in firsts:
+            texts = dict(CHAIN_CANDIDATES)[first]
+            best_text = max(texts, key=lambda text: reranker.score(CHAIN_QUESTION, [text])[0])
+            following = dict(reranker.order(f"{CHAIN_QUESTION} {best_text}", CHAIN_CANDIDATES))
+            for doc in direct:
+                if doc != first:
+                    expected[doc] = max(expected[doc], direct[first] + following[doc])
+                    expected[first] = max(expected[first], direct[first] + following[doc])
+        chained = reranker.chain_order(CHAIN_QUESTION, CHAIN_CANDIDATES, anchors)
+        assert dict(chained) == pytest.approx(expected, abs=1e-4)
+        assert [score for _, score in chained] == sorted((score for _, score in chained), reverse=True)  # best first
+    assert reranker.chain_order(CHAIN_QUESTION, CHAIN_CANDIDATES[:1], 3) == reranker.order(CHAIN_QUESTION, CHAIN_CANDIDATES[:1])
+    assert reranker.chain_order(CHAIN_QUESTION, [], 3) == []
+
+
+def test_a_bi_encoder_judges_chains_the_same_with_torch_and_numpy():
+    by_torch = Reranker.load(backend="torch").chain_order(CHAIN_QUESTION, CHAIN_CANDIDATES, 3)
+    by_numpy = Reranker.load(backend="numpy").chain_order(CHAIN_QUESTION, CHAIN_CANDIDATES, 3)
+    assert [doc for doc, _ in by_numpy] == [doc for doc, _ in by_torch]
+    assert dict(by_numpy) == pytest.approx(dict(by_torch), abs=1e-4)

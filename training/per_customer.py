@@ -512,25 +512,46 @@ def local_reranker(store: ArtifactStore, checkpoint: RerankerCheckpoint) -> Path
 
 
 def _calibrate_selection(folder: Path, dev: list, chunks: Any, backend: SearchBackend, k: int) -> dict[str, Any]:
-    """The policy weight selection uses with this reranker, chosen on the dev split and written
-    beside its weights (`training.selection_weight`)."""
+    """The policy weight and way of judging selection uses with this reranker, chosen on the dev
+    split and written beside its weights (`training.selection_weight`)."""
     from evaluation.synth_tasks import tasks_from_synth
     from search.reranker import Reranker, write_selection
     from training.selection_weight import calibrate
 
     calibration = calibrate(tasks_from_synth(dev, chunks), backend, Reranker.load(folder), k)
     write_selection(Path(folder), calibration)
-    LOG.info(f"selection weight {calibration['policy_weight']} (dev recall@{k} by weight {calibration['recall_at_k_by_weight']})")
+    how = f"chains from {calibration['chain_anchors']} first links" if calibration["chain_anchors"] else "the question alone"
+    LOG.info(f"selection weight {calibration['policy_weight']}, judged by {how} (dev recall@{k} by weight {calibration['recall_at_k_by_weight']})")
     return calibration
 
 
+# Written beside the weights once training ends: a rerun after a later step failed (the dev check,
+# the calibration, the upload) resumes from the weights instead of paying for the training again.
+RERANKER_TRAINED_FILE = "searchsmith_trained.json"
+
+
+def _finished_training(folder: Path, run_id: str) -> Any:
+    """The `RerankerRun` an earlier attempt of this run finished in `folder`, or None."""
+    from training.reranker import RerankerRun
+
+    record = folder / RERANKER_TRAINED_FILE
+    if not record.is_file() or not (folder / "config.json").is_file():
+        return None
+    data = json.loads(record.read_text(encoding="utf-8"))
+    if data.pop("run_id", None) != run_id:
+        return None
+    return RerankerRun(**{**data, "path": folder})
+
+
 def reranker_identity(settings: RerankerSettings) -> dict[str, Any]:
-    """The settings that decide the trained weights. Short views off leave them out, and a
-    cross-encoder leaves its kind out, so a reranker trained before either existed is still reused,
+    """The settings that decide the trained weights. Short views and chain pairs off leave them
+    out, and a cross-encoder leaves its kind out, so a reranker trained before either existed is still reused,
     not paid for again."""
     exclude = {"torch_threads", "eval_tasks", "eval_depth"}
     if not settings.short_queries:
         exclude |= {"short_queries", "short_query_words"}
+    if not settings.chain_pairs:
+        exclude |= {"chain_pairs"}
     if settings.kind == "cross":
         exclude |= {"kind"}
     return settings.model_dump(exclude=exclude)
@@ -552,16 +573,20 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
         try:
             folder = local_reranker(store, previous)
             previous.reused = True
-            if not previous.selection:  # trained before selection weights were calibrated: calibrate it now
+            if "chain_anchors" not in previous.selection:  # calibrated before chains were a choice (or never): calibrate it now
                 previous.selection = _calibrate_selection(folder, dev, chunks, backend, k)
                 push_folder(store, folder, previous.key)
                 store.write_text(reranker_manifest_key(customer), json.dumps(previous.to_dict(), indent=2, default=str))
             return previous
         except FileNotFoundError:
             LOG.warning("the reranker's files are gone; training again")
-    pairs = training_pairs(train, chunks, backend, settings)
     out = models_dir(home, customer, "reranker", run_id)
-    run = train_reranker(pairs, settings, out)
+    run = _finished_training(out, run_id)
+    if run is None:
+        run = train_reranker(training_pairs(train, chunks, backend, settings), settings, out)
+        (out / RERANKER_TRAINED_FILE).write_text(json.dumps({"run_id": run_id, **run.as_dict()}, indent=2), encoding="utf-8")
+    else:
+        LOG.info(f"reranker {out}: trained by an earlier attempt that stopped after training; checking it, not training again")
     figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k, label="hybrid"),
                "start": dev_recall(Reranker.load(base, kind=settings.kind), dev, chunks, backend, settings.eval_depth, k, label="start"),
                "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k, label="trained")}

@@ -3,7 +3,11 @@
 Pairs: for each verified train task, the agent's query (and short views of it) against
 - each supporting document's evidence chunk (the chunk holding its verified quote): label 1;
 - verified distractors (chunks checked not to contain the answer): label 0;
-- hybrid hard negatives (the best hybrid hits outside the task's gold documents): label 0.
+- hybrid hard negatives (the best hybrid hits outside the task's gold documents): label 0;
+- with `chain_pairs`, for each later hop of a multi-hop task: the question extended with the
+  previous hop's evidence chunk against this hop's evidence (label 1) and the hybrid hard
+  negatives of that extended query (label 0), which is how selection judges a chain
+  (`search.reranker.Reranker.chain_order`).
 A chunk is read as the selection step reads it (`search.reranker.pair_text`), so training and use agree.
 
 Training, from the customer's `training.reranker.base` or the packaged all-MiniLM-L6-v2, by kind:
@@ -57,13 +61,17 @@ def training_pairs(tasks: Sequence[Any], chunks: Any, backend: SearchBackend, se
             continue
         gold_docs = bench.gold.doc_ids
         distractors = [d.chunk_id for d in task.distractors if d.doc_id not in gold_docs][: settings.distractors]
-        queries = [bench.question, *short_views(bench.question, settings.short_queries, task.id, settings.short_query_words)]
-        for query in queries:
+        queries = [(query, positives) for query in
+                   [bench.question, *short_views(bench.question, settings.short_queries, task.id, settings.short_query_words)]]
+        if settings.chain_pairs:  # hop i's evidence extends the question; hop i+1's evidence answers it
+            queries += [(f"{bench.question} {pair_text(rows[first]['title'], rows[first]['text'] or '')}", [second])
+                        for first, second in zip(positives, positives[1:]) if first in rows]
+        for query, wanted in queries:
             negatives = list(distractors)
             if settings.hard_negatives:
                 hard = [hit.chunk_id for hit in backend.search(query, k=max(20, settings.hard_negatives * 4)) if hit.doc_id not in gold_docs]
                 negatives += [chunk for chunk in hard if chunk not in negatives][: settings.hard_negatives]
-            for chunk_id, label in [*((c, 1.0) for c in positives), *((c, 0.0) for c in negatives)]:
+            for chunk_id, label in [*((c, 1.0) for c in wanted), *((c, 0.0) for c in negatives)]:
                 row = rows.get(chunk_id)
                 if row is not None:
                     pairs.append(Pair(query, pair_text(row["title"], row["text"] or ""), label))

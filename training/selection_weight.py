@@ -5,9 +5,11 @@ weights by default. A reranker fine-tuned for a few minutes on synthetic tasks c
 the heuristic's own order on real questions (measured on the multi-hop dev file: heuristic 0.801
 answer found, heuristic+rerank 0.594 at weight 1), and a served `+rerank` must not lose what the
 policy already had. So when a reranker is trained, the heuristic runs on the customer's dev split
-(verified tasks training never saw) and each weight of a small grid is scored by recall of the
-gold documents in the top k; the best one is kept beside the weights (`search.reranker.SELECTION_FILE`), ties
-going to the larger weight (the policy's own order). At `POLICY_ORDER` the reranker changes
+(verified tasks training never saw) and each weight of a small grid, with the reranker judging by
+the question alone or by two-document chains (`search.reranker.Reranker.chain_order`), is scored by
+recall of the gold documents in the top k; the best is kept beside the weights
+(`search.reranker.SELECTION_FILE`), ties going to the question alone and the larger weight (the
+policy's own order). At `POLICY_ORDER` the reranker changes
 nothing: selection is the policy's ranking followed by the other surfaced documents, which is
 where a reranker that does not help on the customer's own tasks is left.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent.selection import SelectionSettings, fuse, policy_order, surfaced_texts
+from agent.selection import SelectionSettings, fuse, judge, policy_order, surfaced_texts
 from search.backend import SearchBackend
 from search.reranker import Reranker
 
@@ -25,16 +27,20 @@ from search.reranker import Reranker
 # differ by more than that, so the order is the policy's.
 POLICY_ORDER = 1000.0
 WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0, POLICY_ORDER)
+# How the reranker judges: by the question alone (0), or by two-document chains from the 3 best
+# first links (`Reranker.chain_order`).
+CHAIN_CHOICES = (0, 3)
 
 
 def calibrate(tasks: Sequence[Any], backend: SearchBackend, reranker: Reranker, k: int, policy: str = "heuristic",
-              weights: Sequence[float] = WEIGHTS) -> dict[str, Any]:
-    """Run `policy` on `tasks` (bench tasks with gold doc ids) once, score selection at each weight."""
+              weights: Sequence[float] = WEIGHTS, chain_choices: Sequence[int] = CHAIN_CHOICES) -> dict[str, Any]:
+    """Run `policy` on `tasks` (bench tasks with gold doc ids) once; score selection for each way of
+    judging and each weight. Ties go to judging by the question, then to the larger weight."""
     from agent.environment import open_harness
     from agent.policies import load_policy
 
     settings = SelectionSettings()
-    recalls: dict[float, list[float]] = {w: [] for w in weights}
+    recalls: dict[tuple[int, float], list[float]] = {(c, w): [] for c in chain_choices for w in weights}
     with open_harness(load_policy(policy, max_docs=k), backend, max_output_docs=k) as harness:
         for task in tasks:
             trajectory = harness.run(task.question, task_id=task.task_id)
@@ -42,11 +48,18 @@ def calibrate(tasks: Sequence[Any], backend: SearchBackend, reranker: Reranker, 
             if not gold:
                 continue
             order = policy_order(trajectory)[: settings.max_candidates]
-            judged = [doc for doc, _ in reranker.order(task.question, surfaced_texts(trajectory, backend, order))]
-            for weight in weights:
-                top = fuse(order, judged, SelectionSettings(rrf_k=settings.rrf_k, policy_weight=weight))[:k]
-                recalls[weight].append(len(gold & set(top)) / len(gold))
+            candidates = surfaced_texts(trajectory, backend, order)
+            for chain in chain_choices:
+                judged = [doc for doc, _ in judge(reranker, task.question, candidates, chain)]
+                for weight in weights:
+                    top = fuse(order, judged, SelectionSettings(rrf_k=settings.rrf_k, policy_weight=weight))[:k]
+                    recalls[(chain, weight)].append(len(gold & set(top)) / len(gold))
     n = len(next(iter(recalls.values()), []))
-    by_weight = {weight: round(sum(values) / n, 4) if n else 0.0 for weight, values in recalls.items()}
-    best = max(weights, key=lambda w: (by_weight[w], w))
-    return {"policy_weight": best, "recall_at_k_by_weight": {str(w): r for w, r in by_weight.items()}, "tasks": n, "policy": policy, "k": k}
+    by_choice = {choice: round(sum(values) / n, 4) if n else 0.0 for choice, values in recalls.items()}
+    chain, best = max(by_choice, key=lambda choice: (by_choice[choice], -choice[0], choice[1]))
+    return {
+        "policy_weight": best, "chain_anchors": chain,
+        "recall_at_k_by_weight": {str(w): by_choice[(chain, w)] for w in weights},
+        "recall_at_k_by_choice": {f"chain{c}/{w:g}": r for (c, w), r in by_choice.items()},
+        "tasks": n, "policy": policy, "k": k,
+    }
