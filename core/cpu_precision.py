@@ -7,8 +7,11 @@ AVX512-BF16 EPYC with 2 threads: a 1024x576x1536 matmul runs at 610 GFLOP/s in b
 159 in fp32; SmolLM2-135M LoRA SFT runs 1.36x faster at 0.72x the peak memory
 (`bench/sft_bench.py --precision fp32,bf16 --runs 3`); inference prefills about 1.9x and
 decodes about 1.6x faster (`bench/cpu_dtype.py`). Without those instructions bf16 is converted
-in software around every matmul, so there fp32 stays the default (not measured on such a CPU
-this time: the default follows the CPU's flags, not a fixed choice).
+in software around every matmul, so there fp32 stays the default. Measured on such a CPU (an AVX2-only
+EPYC, 2 cores, 2026-12-06): the packaged searcher on the first 8 dev questions took 374 s in fp32 and
+926 s in bf16 (`searchsmith bench --policies transformers:training/searchers/smollm2-searcher --limit 8`
+with `SEARCHSMITH_CPU_DTYPE` set to each; same answers found, 6 of 8). The default follows the CPU's
+flags, not a fixed choice.
 
 CISPO on CPU stays fp32 (`CispoConfig.dtype`; `rl.dtype: bfloat16` asks for bf16): its sampler
 and its learner are the same model, and measured on the learning customer (one step of 2 tasks x
