@@ -58,7 +58,9 @@ class Size:
     does not: its training does (about 30 minutes in bf16), but one student's row on the 150 dev
     questions takes 24-53 minutes on an AVX512-BF16 CPU (by how long the student searches; about
     twice that in fp32), and the run has three model rows and two synthetic ones, about 3 hours
-    in all (measured 2026-12-04; `--dev-rows`, `--skip-rl-dev-row` and cached rows split it)."""
+    in all (measured 2026-12-04; `--dev-rows`, `--skip-rl-dev-row` and cached rows split it).
+    On a CPU without native bf16 (an AVX2-only EPYC, 2026-12-06) the packaged searcher took 47 s a
+    dev question in fp32 (374 s for the first 8), so one student row alone is about 2 hours there."""
 
     seeds: int  # extractive task seeds (documents the generator starts from)
     teacher_tasks: int  # train tasks the teacher runs (SFT data)
