@@ -7,7 +7,8 @@ Prints seconds per phase for each dtype and the fp32/bf16 ratio (>1: bf16 is fas
 phases: prefill of a fresh prompt; decode after a short prompt; and decode after a long context
 for `--batch` sequences at once, which is what an agent episode does (its prompt holds every tool
 result so far, 3-10K tokens, and the generation batcher decodes concurrent episodes together).
-The transformers policy's CPU default (`cpu_inference_dtype`) follows the last phase.
+The last phase is the one to weigh when choosing the transformers policy's CPU default
+(`cpu_inference_dtype`, which today follows the CPU's native bf16 support).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     folder = ensure_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    text = "The river flows north past the old mill. " * 1600
-    ids = tokenizer(text, return_tensors="pt")["input_ids"][:, : args.prompt_tokens]
-    context = tokenizer(text, return_tensors="pt")["input_ids"][:, : args.context_tokens].repeat(args.batch, 1)
+    text_ids = tokenizer("The river flows north past the old mill. " * 1600, return_tensors="pt")["input_ids"]
+    ids = text_ids[:, : args.prompt_tokens]
+    context = text_ids[:, : args.context_tokens].repeat(args.batch, 1)
     print(f"SmolLM2-135M, {args.threads} threads, native bf16: {cpu_has_native_bf16()}, prompt {ids.shape[1]} tokens")
     figures: dict[str, dict[str, float]] = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -56,7 +57,7 @@ def main() -> None:
                 next_ids = context[:, -1:]
                 start = time.perf_counter()
                 for _ in range(args.new_tokens):
-                    next_ids = model(next_ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                    next_ids = model(next_ids, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
                 long_decode.append(time.perf_counter() - start)
         figures[name] = {"prefill_s": statistics.median(prefill), "decode_s": statistics.median(decode),
                          "long_decode_s": statistics.median(long_decode)}
