@@ -39,7 +39,7 @@ COLUMNS = ["all", "half A", "half B", "HotpotQA", "MuSiQue"]
 
 
 def sweep(reranker_spec: str, policy: str, weights: list[float], chains: list[int], limit: int | None) -> None:
-    from agent.selection import SelectionSettings, fuse, judge, policy_order, surfaced_texts
+    from agent.selection import SelectionSettings, fuse, policy_order, surfaced_texts
     from evaluation.baselines import SingleShotBaseline
     from evaluation.candidates import RERANK_BASELINE_DOCS, build_candidate, split_candidates
     from evaluation.external import load_external_benchmark
@@ -58,7 +58,7 @@ def sweep(reranker_spec: str, policy: str, weights: list[float], chains: list[in
         trajectory = inner.run(task.question, task.task_id)
         order = policy_order(trajectory)[: settings.max_candidates]
         candidates = surfaced_texts(trajectory, bench.index, order)
-        judged = {chain: [doc for doc, _ in judge(reranker, task.question, candidates, chain)] for chain in chains}
+        judged = {chain: [doc for doc, _ in ranked] for chain, ranked in reranker.orders(task.question, candidates, chains).items()}
         half = "A" if int(hashlib.sha1(task.task_id.encode()).hexdigest(), 16) % 2 == 0 else "B"
         groups = ("all", f"half {half}", "MuSiQue" if "MuSiQue" in str(task.group) else "HotpotQA")
         for group in groups:

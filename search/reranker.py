@@ -15,7 +15,7 @@ episode already surfaced (tens of chunks). Nothing is downloaded; a model is loa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,30 +160,42 @@ class Reranker:
         return self.path.name
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
-        if not texts:
-            return []
-        if self.kind == "bi":  # cosine similarity
-            vectors = self.model.encode([query, *texts])  # unit length (Embedder)
-            return [float(s) for s in vectors[1:] @ vectors[0]]
-        pairs = [(query, text) for text in texts]
-        scores = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
-        return [float(s) for s in scores]
+        """Scores of `texts` for `query`: cosine similarity for a bi-encoder, the head's logit for a cross-encoder."""
+        return self._scorer(texts)([query])[0]
 
     def score_many(self, queries: Sequence[str], texts: Sequence[str]) -> list[list[float]]:
-        """Scores of every text for each query; a bi-encoder encodes each text once."""
-        if not texts or not queries:
-            return [[] for _ in queries]
+        """Scores of every text for each query."""
+        return self._scorer(texts)(queries)
+
+    def _scorer(self, texts: Sequence[str]) -> Callable[[Sequence[str]], list[list[float]]]:
+        """Scores of `texts` against any queries asked later: a bi-encoder encodes the texts once
+        (selection asks the question, then each chain's extended question, of the same texts); a
+        cross-encoder reads every (query, text) pair in one batched pass."""
+        if not texts:
+            return lambda queries: [[] for _ in queries]
         if self.kind == "bi":
-            vectors = self.model.encode([*queries, *texts])
-            return [[float(s) for s in row] for row in vectors[: len(queries)] @ vectors[len(queries):].T]
-        return [self.score(query, texts) for query in queries]
+            text_vectors = self.model.encode(list(texts))  # unit length (Embedder)
+
+            def by_cosine(queries: Sequence[str]) -> list[list[float]]:
+                if not queries:
+                    return []
+                return [[float(s) for s in row] for row in self.model.encode(list(queries)) @ text_vectors.T]
+
+            return by_cosine
+
+        def by_pairs(queries: Sequence[str]) -> list[list[float]]:
+            pairs = [(query, text) for query in queries for text in texts]
+            if not pairs:
+                return []
+            flat = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
+            return [[float(s) for s in flat[i * len(texts):(i + 1) * len(texts)]] for i in range(len(queries))]
+
+        return by_pairs
 
     def order(self, query: str, candidates: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, float]]:
         """Documents best first: each `(doc_id, texts)` scores as its best text (a document is as
         relevant as the best chunk of it the episode saw)."""
-        flat = [(doc_id, text) for doc_id, texts in candidates for text in texts]
-        best = _best_per_document(flat, self.score(query, [text for _, text in flat]))
-        return sorted(best.items(), key=lambda item: -item[1])
+        return self.orders(query, candidates, (0,))[0]
 
     def chain_order(self, query: str, candidates: Sequence[tuple[str, Sequence[str]]], anchors: int) -> list[tuple[str, float]]:
         """Documents by the best two-document chain through them, best first.
@@ -194,27 +206,41 @@ class Reranker:
         the question is extended with each of the `anchors` best documents (its best chunk) and
         the others are judged against that: a chain (a, d) scores s(q, a) + s(q + a, d), and a
         document takes the best chain it is part of, as its first or second link."""
+        return self.orders(query, candidates, (anchors,))[anchors]
+
+    def orders(self, query: str, candidates: Sequence[tuple[str, Sequence[str]]],
+               anchor_choices: Sequence[int]) -> dict[int, list[tuple[str, float]]]:
+        """`order` (0) and `chain_order` for each number of anchors in `anchor_choices`, every
+        pair scored once: calibration compares the ways of judging on the same episodes, and the
+        chains from the best `a` first links are a prefix of those from the best `a + 1`."""
         flat = [(doc_id, text) for doc_id, texts in candidates for text in texts]
         if not flat:
-            return []
+            return {anchors: [] for anchors in anchor_choices}
         texts = [text for _, text in flat]
-        direct = self.score(query, texts)
+        scorer = self._scorer(texts)
+        (direct,) = scorer([query])
         best = _best_per_document(flat, direct)
-        firsts = sorted(best, key=lambda doc: -best[doc])[:anchors]
-        best_text = {}
+        by_question = sorted(best.items(), key=lambda item: -item[1])
+        firsts = [doc for doc, _ in by_question[: max(anchor_choices, default=0)]]
+        best_text: dict[str, str] = {}
         for (doc_id, text), value in zip(flat, direct):
             if doc_id in firsts and value >= best[doc_id]:
                 best_text.setdefault(doc_id, text)
-        chain = {doc: float("-inf") for doc in best}
-        for first, row in zip(firsts, self.score_many([f"{query} {best_text[first]}" for first in firsts], texts)):
-            for doc, value in _best_per_document(flat, row).items():
-                if doc != first:
-                    linked = best[first] + value
-                    chain[doc] = max(chain[doc], linked)
-                    chain[first] = max(chain[first], linked)
-        if len(best) == 1:
-            chain = dict(best)
-        return sorted(chain.items(), key=lambda item: -item[1])
+        rows = scorer([f"{query} {best_text[first]}" for first in firsts]) if len(best) > 1 else []
+        result = {}
+        for anchors in anchor_choices:
+            if anchors == 0 or len(best) == 1:
+                result[anchors] = by_question
+                continue
+            chain = {doc: float("-inf") for doc in best}
+            for first, row in zip(firsts[:anchors], rows):
+                for doc, value in _best_per_document(flat, row).items():
+                    if doc != first:
+                        linked = best[first] + value
+                        chain[doc] = max(chain[doc], linked)
+                        chain[first] = max(chain[first], linked)
+            result[anchors] = sorted(chain.items(), key=lambda item: -item[1])
+        return result
 
 
 def _best_per_document(flat: Sequence[tuple[str, str]], scores: Sequence[float]) -> dict[str, float]:

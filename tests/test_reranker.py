@@ -6,6 +6,7 @@ then used to select the final ranking of real episodes."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -129,23 +130,44 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
     assert again.reused and again.run_id == checkpoint.run_id and (again.path and Reranker.load(again.path).score("q", ["t"]))
 
 
-def test_a_rerun_after_a_step_past_training_failed_checks_the_weights_without_training_again(trained, tasks, demo_frames, demo_index,  # noqa: F811
-                                                                                            tmp_path, monkeypatch):
+def test_a_rerun_after_a_failed_step_repeats_only_the_steps_that_did_not_finish(trained, tasks, demo_frames, demo_index,  # noqa: F811
+                                                                                tmp_path, monkeypatch):
+    import json
+
     import training.reranker
+    import training.selection_weight
+    from training.per_customer import RERANKER_CHECKED_FILE
 
     store, home, checkpoint = trained
     kind = checkpoint.train["metrics"]["kind"]
 
-    def trained_again(*args, **kwargs):
-        raise AssertionError("the reranker was trained again")
+    def repeated(step):
+        def fail(*args, **kwargs):
+            raise AssertionError(f"the {step} was repeated")
+        return fail
 
-    monkeypatch.setattr(training.reranker, "train_reranker", trained_again)
-    empty = LocalArtifactStore(tmp_path / "store")  # no manifest: the dev check, calibration or upload failed last time
+    monkeypatch.setattr(training.reranker, "train_reranker", repeated("training"))
+    monkeypatch.setattr(training.reranker, "dev_recall", repeated("dev check"))
+    monkeypatch.setattr(training.selection_weight, "calibrate", repeated("calibration"))
+    empty = LocalArtifactStore(tmp_path / "store")  # no manifest: the upload failed last time
     again = train_reranker_checkpoint("acme", empty, demo_index, tasks, demo_frames[0], KINDS[kind], home)
     assert not again.reused and again.run_id == checkpoint.run_id and again.path == checkpoint.path
     assert {key: again.train[key] for key in ("pairs", "steps", "train_s")} == {key: checkpoint.train[key] for key in ("pairs", "steps", "train_s")}
-    assert {m: again.dev["trained"][m] for m in ("recall_at_k", "mrr")} == {m: checkpoint.dev["trained"][m] for m in ("recall_at_k", "mrr")}
+    assert (again.dev, again.dev_brief, again.selection) == (checkpoint.dev, checkpoint.dev_brief, checkpoint.selection)
     assert read_reranker(empty, "acme").run_id == checkpoint.run_id
+
+    if kind != "bi":  # the resume does not depend on the kind: the calibration is paid for once, with the default kind
+        return
+    # the calibration failed last time: it runs again, and only it
+    record = again.path and (Path(again.path) / RERANKER_CHECKED_FILE)
+    checks = json.loads(record.read_text(encoding="utf-8"))
+    record.write_text(json.dumps({key: value for key, value in checks.items() if key != "selection"}), encoding="utf-8")
+    monkeypatch.undo()
+    monkeypatch.setattr(training.reranker, "train_reranker", repeated("training"))
+    monkeypatch.setattr(training.reranker, "dev_recall", repeated("dev check"))
+    calibrated = train_reranker_checkpoint("acme", LocalArtifactStore(tmp_path / "store2"), demo_index, tasks, demo_frames[0], KINDS[kind], home)
+    assert calibrated.selection == checkpoint.selection and calibrated.dev == checkpoint.dev
+    assert json.loads(record.read_text(encoding="utf-8")) == checks  # recorded again as it finished
 
 
 def test_selection_reorders_only_what_the_episode_surfaced(trained, tasks, demo_frames, demo_index):  # noqa: F811

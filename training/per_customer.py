@@ -543,6 +543,27 @@ def _finished_training(folder: Path, run_id: str) -> Any:
     return RerankerRun(**{**data, "path": folder})
 
 
+# The dev check's figures and the calibration of one run on one dev split, kept as each finishes.
+RERANKER_CHECKED_FILE = "searchsmith_checked.json"
+
+
+def _finished_checks(folder: Path, run_id: str, dev: list) -> dict[str, Any]:
+    """What an earlier attempt of this run recorded in `folder` for these dev tasks ({} if none)."""
+    record = folder / RERANKER_CHECKED_FILE
+    if not record.is_file():
+        return {}
+    data = json.loads(record.read_text(encoding="utf-8"))
+    if data.get("run_id") != run_id or data.get("dev_ids") != sorted(t.id for t in dev):
+        return {}
+    return {key: data[key] for key in ("dev", "dev_brief", "selection") if key in data}
+
+
+def _record_checks(folder: Path, run_id: str, dev: list, checks: dict[str, Any]) -> dict[str, Any]:
+    record = {"run_id": run_id, "dev_ids": sorted(t.id for t in dev), **checks}
+    (folder / RERANKER_CHECKED_FILE).write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    return checks
+
+
 def reranker_identity(settings: RerankerSettings) -> dict[str, Any]:
     """The settings that decide the trained weights. Short views and chain pairs off leave them
     out, and a cross-encoder leaves its kind out, so a reranker trained before either existed is still reused,
@@ -561,7 +582,7 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
                               settings: RerankerSettings, home: Path, k: int = 5) -> RerankerCheckpoint:
     """Train on the verified train split and judge on the dev split (`training.reranker`); an
     identical earlier run (same start, settings and tasks) is reused, not trained again."""
-    from search.reranker import Reranker, start_model_dir
+    from search.reranker import Reranker, start_model_dir, write_selection
     from training.reranker import dev_recall, train_reranker, training_pairs
 
     train = [t for t in tasks if t.split == "train"][: settings.max_tasks]
@@ -583,19 +604,31 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     out = models_dir(home, customer, "reranker", run_id)
     run = _finished_training(out, run_id)
     if run is None:
+        (out / RERANKER_CHECKED_FILE).unlink(missing_ok=True)  # checks of weights this training replaces
         run = train_reranker(training_pairs(train, chunks, backend, settings), settings, out)
         (out / RERANKER_TRAINED_FILE).write_text(json.dumps({"run_id": run_id, **run.as_dict()}, indent=2), encoding="utf-8")
     else:
         LOG.info(f"reranker {out}: trained by an earlier attempt that stopped after training; checking it, not training again")
-    figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k, label="hybrid"),
-               "start": dev_recall(Reranker.load(base, kind=settings.kind), dev, chunks, backend, settings.eval_depth, k, label="start"),
-               "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k, label="trained")}
-    # The same dev tasks asked briefly (the synthetic questions copy document sentences, people's do
-    # not): does the trained order still beat hybrid's? The untrained start is not worth the minutes.
-    brief = {name: dev_recall(model, dev, chunks, backend, settings.eval_depth, k, label=f"{name}, asked briefly",
-                              short_words=settings.short_query_words)
-             for name, model in (("hybrid", None), ("trained", Reranker.load(out)))}
-    selection = _calibrate_selection(out, dev, chunks, backend, k)
+    # The dev check and the calibration are recorded beside the weights as each finishes, for the
+    # same reason as the training: a rerun after the upload failed repeats none of them.
+    checks = _finished_checks(out, run_id, dev)
+    if "dev" not in checks:
+        figures = {"hybrid": dev_recall(None, dev, chunks, backend, settings.eval_depth, k, label="hybrid"),
+                   "start": dev_recall(Reranker.load(base, kind=settings.kind), dev, chunks, backend, settings.eval_depth, k, label="start"),
+                   "trained": dev_recall(Reranker.load(out), dev, chunks, backend, settings.eval_depth, k, label="trained")}
+        # The same dev tasks asked briefly (the synthetic questions copy document sentences, people's do
+        # not): does the trained order still beat hybrid's? The untrained start is not worth the minutes.
+        brief = {name: dev_recall(model, dev, chunks, backend, settings.eval_depth, k, label=f"{name}, asked briefly",
+                                  short_words=settings.short_query_words)
+                 for name, model in (("hybrid", None), ("trained", Reranker.load(out)))}
+        checks = _record_checks(out, run_id, dev, {"dev": figures, "dev_brief": brief})
+    else:
+        LOG.info(f"reranker {out}: judged on the dev split by an earlier attempt; not judging again")
+    if "selection" not in checks:
+        checks = _record_checks(out, run_id, dev, {**checks, "selection": _calibrate_selection(out, dev, chunks, backend, k)})
+    else:
+        write_selection(out, checks["selection"])  # where `Reranker.load` reads it
+    figures, brief, selection = checks["dev"], checks["dev_brief"], checks["selection"]
     checkpoint = RerankerCheckpoint(customer, run_id, str(out.resolve()), adapter_prefix(customer, "reranker", run_id), base,
                                     {**run.as_dict(), "train_tasks": len(train)}, figures, selection, dev_brief=brief)
     push_folder(store, out, checkpoint.key)

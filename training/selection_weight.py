@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent.selection import SelectionSettings, fuse, judge, policy_order, surfaced_texts
+from agent.selection import SelectionSettings, fuse, policy_order, surfaced_texts
 from search.backend import SearchBackend
 from search.reranker import Reranker
 
@@ -49,8 +49,9 @@ def calibrate(tasks: Sequence[Any], backend: SearchBackend, reranker: Reranker, 
                 continue
             order = policy_order(trajectory)[: settings.max_candidates]
             candidates = surfaced_texts(trajectory, backend, order)
+            judged_by = reranker.orders(task.question, candidates, chain_choices)  # each pair scored once
             for chain in chain_choices:
-                judged = [doc for doc, _ in judge(reranker, task.question, candidates, chain)]
+                judged = [doc for doc, _ in judged_by[chain]]
                 for weight in weights:
                     top = fuse(order, judged, SelectionSettings(rrf_k=settings.rrf_k, policy_weight=weight))[:k]
                     recalls[(chain, weight)].append(len(gold & set(top)) / len(gold))
