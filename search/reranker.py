@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from core.cpu_precision import encoder_autocast
 from core.model_loading import MODEL_LOAD_LOCK
 from search.embedding_window import default_embedding_model_path
 
@@ -187,7 +188,9 @@ class Reranker:
             pairs = [(query, text) for query in queries for text in texts]
             if not pairs:
                 return []
-            flat = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
+            model = self.model
+            with encoder_autocast(getattr(getattr(model, "device", None), "type", "numpy"), len(pairs)):
+                flat = model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
             return [[float(s) for s in flat[i * len(texts):(i + 1) * len(texts)]] for i in range(len(queries))]
 
         return by_pairs

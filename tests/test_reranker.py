@@ -103,7 +103,10 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
         question, texts = "Who wrote it?", ["It was written by a poet.", "A river runs through the valley."]
         trained_scores = Reranker.load(checkpoint.path).score(question, texts)
         assert trained_scores != pytest.approx(Reranker.load().score(question, texts), abs=1e-4)
-        # the folder the trainer saved (today's pooling config) scores the same without torch
+        # the folder the trainer saved (today's pooling config) scores as the fp32 model does without torch
+        with pytest.MonkeyPatch.context() as fp32:
+            fp32.setenv("SEARCHSMITH_CPU_DTYPE", "float32")
+            trained_scores = Reranker.load(checkpoint.path).score(question, texts)
         assert Reranker.load(checkpoint.path, backend="numpy").score(question, texts) == pytest.approx(trained_scores, abs=1e-4)
     # the same dev tasks asked briefly, hybrid's order and the trained one's
     assert set(checkpoint.dev_brief) == {"hybrid", "trained"}
@@ -315,9 +318,10 @@ def test_a_kind_fills_what_the_customer_file_leaves_unset():
         RerankerSettings.model_validate({"kind": "colbert"})
 
 
-def test_a_bi_encoder_scores_by_cosine_the_same_with_torch_and_numpy(tmp_path):
+def test_a_bi_encoder_scores_by_cosine_the_same_with_torch_and_numpy(tmp_path, monkeypatch):
     """The packaged MiniLM is the bi-encoder's start: the answering passage first, and the torch-free
-    backend (a serving-only install) gives the same scores."""
+    backend (a serving-only install) gives the same scores as the fp32 model."""
+    monkeypatch.setenv("SEARCHSMITH_CPU_DTYPE", "float32")  # not bf16 batches where the CPU has it: one precision compared
     from search.reranker import folder_kind, start_model_dir
 
     assert folder_kind(start_model_dir()) == "bi"
@@ -342,9 +346,10 @@ CHAIN_CANDIDATES = [
 
 
 @pytest.mark.parametrize("kind", ["bi", "cross"])
-def test_a_chain_scores_its_first_link_by_the_question_and_the_next_by_the_question_extended_with_it(kind):
+def test_a_chain_scores_its_first_link_by_the_question_and_the_next_by_the_question_extended_with_it(kind, monkeypatch):
     """Each document takes the best two-document chain through it: s(q, a) + s(q + a's best text, d),
     `a` among the `anchors` best documents by the question alone, as the first or the second link."""
+    monkeypatch.setenv("SEARCHSMITH_CPU_DTYPE", "float32")  # scores of one text and of a batch alike, to compare to 1e-4
     reranker = Reranker.load(kind=kind)
     direct = dict(reranker.order(CHAIN_QUESTION, CHAIN_CANDIDATES))
     for anchors in (1, 2, 4):
@@ -365,7 +370,8 @@ def test_a_chain_scores_its_first_link_by_the_question_and_the_next_by_the_quest
     assert reranker.chain_order(CHAIN_QUESTION, [], 3) == []
 
 
-def test_a_bi_encoder_judges_chains_the_same_with_torch_and_numpy():
+def test_a_bi_encoder_judges_chains_the_same_with_torch_and_numpy(monkeypatch):
+    monkeypatch.setenv("SEARCHSMITH_CPU_DTYPE", "float32")  # the numpy port is of the fp32 model
     by_torch = Reranker.load(backend="torch").chain_order(CHAIN_QUESTION, CHAIN_CANDIDATES, 3)
     by_numpy = Reranker.load(backend="numpy").chain_order(CHAIN_QUESTION, CHAIN_CANDIDATES, 3)
     assert [doc for doc, _ in by_numpy] == [doc for doc, _ in by_torch]

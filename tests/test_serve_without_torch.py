@@ -127,7 +127,8 @@ def test_searchsmith_api_answers_without_the_training_stack_or_dagster(tmp_path)
     assert gold & set(returned), (gold, returned)
 
 
-def test_numpy_backend_gives_the_torch_backend_vectors():
+def test_numpy_backend_gives_the_torch_backend_vectors(monkeypatch):
+    monkeypatch.setenv("SEARCHSMITH_CPU_DTYPE", "float32")  # the port is of the fp32 model (bf16 batches: test_cpu_precision.py)
     texts = ["Which team won the first FA Cup Final, played at Kennington Oval in 1872?", "Hi",
              "The Wanderers beat the Royal Engineers 1-0 in the 1872 FA Cup Final. " * 40]  # past the 256-token window
     torch_vectors = Embedder(backend="torch").encode(texts)
@@ -187,8 +188,10 @@ def test_missing_packaged_weights_say_how_to_install_them_without_torch(monkeypa
         default_embedding_model_path()
 
 
-def test_numpy_cross_encoder_gives_the_torch_scores(tmp_path):
+def test_numpy_cross_encoder_gives_the_torch_scores(tmp_path, monkeypatch):
     from search.reranker import Reranker
+
+    monkeypatch.setenv("SEARCHSMITH_CPU_DTYPE", "float32")  # the port is of the fp32 model (bf16 batches: test_cpu_precision.py)
 
     folder = _trained_head_reranker(tmp_path / "reranker")
     question = "Which team won the first FA Cup Final?"
