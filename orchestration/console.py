@@ -81,6 +81,16 @@ def _checkpoint(metadata: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _reranker(metadata: dict[str, Any]) -> str:
+    if metadata.get("enabled") is False:
+        return "off (training.reranker.enabled: false)"
+    trained = "reused" if metadata.get("reused") else \
+        f"{_n(int(metadata['train/pairs']))} pairs at {metadata['train/pairs_per_s']:.1f} pairs/s"
+    dev = {row: metadata[f"dev/{row}/recall_at_k"] for row in ("trained", "start", "hybrid")}
+    return (f"{trained}; dev recall@k {dev['trained']:.3f} (start {dev['start']:.3f}, hybrid {dev['hybrid']:.3f}) "
+            f"on {_n(int(metadata['dev/trained/tasks']))} tasks")
+
+
 STEP_FIGURES: dict[str, Callable[[dict[str, Any]], str]] = {
     "raw_documents": lambda m: f"{_n(m.get('documents', 0))} documents (added {_n(m.get('added', 0))}, changed {_n(m.get('changed', 0))}, "
                                f"deleted {_n(m.get('deleted', 0))}, quarantined {_n(m.get('quarantined', 0))})",
@@ -90,6 +100,7 @@ STEP_FIGURES: dict[str, Callable[[dict[str, Any]], str]] = {
     "verified_tasks": lambda m: f"{_n(m.get('verified', 0))} verified tasks "
                                 f"({', '.join(f'{k} {_n(v)}' for k, v in (m.get('by_split') or {}).items())})",
     "distractor_sets": lambda m: f"{_n(m.get('distractors', 0))} distractors for {_n(m.get('tasks', 0))} tasks",
+    "reranker_checkpoint": _reranker,
     "sft_trajectories": lambda m: f"{_n(m.get('kept', 0))} teacher trajectories kept",
     "sft_checkpoint": _checkpoint,
     "cispo_checkpoint": _checkpoint,
@@ -104,7 +115,7 @@ def step_figures(asset: str, metadata: dict[str, Any]) -> str:
     if figures is not None:
         try:
             return figures(metadata)
-        except (TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             pass  # metadata of another shape: fall back to its first numbers
     numbers = [f"{k} {_n(v) if isinstance(v, int) else _rate(v)}" for k, v in metadata.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)]

@@ -34,6 +34,12 @@ def test_duration_reads_like_a_clock():
 def test_step_figures_name_what_each_step_produced():
     assert step_figures("chroma_index", {"embedded": 3026, "deleted": 2, "total": 3100}) == "3,026 chunks embedded, 2 deleted, 3,100 in the index"
     assert step_figures("verified_tasks", {"verified": 12, "by_split": {"train": 8, "dev": 2, "test": 2}}) == "12 verified tasks (train 8, dev 2, test 2)"
+    reranker = {"reused": False, "dev/trained/recall_at_k": 0.694, "dev/trained/mrr": 0.581, "dev/trained/tasks": 12.0,
+                "dev/start/recall_at_k": 0.667, "dev/hybrid/recall_at_k": 0.65, "train/pairs": 1234.0, "train/pairs_per_s": 5.31}
+    assert step_figures("reranker_checkpoint", reranker) == "1,234 pairs at 5.3 pairs/s; dev recall@k 0.694 (start 0.667, hybrid 0.650) on 12 tasks"
+    assert step_figures("reranker_checkpoint", {**reranker, "reused": True}).startswith("reused; dev recall@k 0.694")
+    assert step_figures("reranker_checkpoint", {"enabled": False}) == "off (training.reranker.enabled: false)"
+    assert step_figures("reranker_checkpoint", {"reused": True, "runs": 2}) == "runs 2"  # another shape: its first numbers
     assert step_figures("sft_checkpoint", {"steps": 5, "loss": 1.25, "reused": False}) == "5 steps, loss 1.25"
     assert step_figures("cispo_checkpoint", {"reused": True, "steps": 3}).startswith("reused")
     metadata = {"candidates": ["bm25", "hybrid"], "suites": ["test"], "test/bm25/answer_found": 0.5, "test/hybrid/answer_found": 0.75}
