@@ -241,6 +241,9 @@ class RerankerSettings(_Strict):
     learning_rate: float = Field(2e-5, gt=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     max_length: int = Field(256, ge=16)
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast where the CPU has bf16 natively or on a bf16 GPU, fp32 elsewhere "
+        "(training.reranker.training_precision)")
     seed: int = 0
     eval_tasks: int | None = Field(100, ge=1, description="dev-split tasks the check runs (None: all)")
     eval_depth: int = Field(20, ge=2, description="hybrid documents reordered per dev task")

@@ -280,13 +280,48 @@ def test_the_reranker_identity_leaves_short_views_out_when_they_are_off():
     from training.per_customer import reranker_identity
 
     before = SETTINGS.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words", "kind",
-                                          "chain_pairs"})
+                                          "chain_pairs", "precision"})
     assert reranker_identity(SETTINGS) == before
     assert reranker_identity(SETTINGS.model_copy(update={"short_query_words": 6})) == before
     on = reranker_identity(SETTINGS.model_copy(update={"short_queries": 1}))
     assert on["short_queries"] == 1 and on != before
     chains = reranker_identity(SETTINGS.model_copy(update={"chain_pairs": True}))
     assert chains["chain_pairs"] is True and chains != before
+    # `auto` is this machine's speed, not a recipe; a precision the file names trains other weights
+    assert reranker_identity(SETTINGS.model_copy(update={"precision": "bf16"}))["precision"] == "bf16"
+
+
+def test_the_training_precision_follows_the_cpu_unless_the_file_names_one(monkeypatch):
+    import torch
+
+    import training.reranker as reranker_training
+    from training.reranker import training_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for flags, expected in (("bf16", "bf16"), ("fp32", "fp32")):
+        monkeypatch.setattr(reranker_training, "cpu_training_precision", lambda flags=flags: flags)
+        assert training_precision(BI_SETTINGS) == expected
+        assert training_precision(BI_SETTINGS.model_copy(update={"precision": "fp32"})) == "fp32"
+        assert training_precision(BI_SETTINGS.model_copy(update={"precision": "bf16"})) == "bf16"
+    with pytest.raises(ValueError, match="precision"):
+        RerankerSettings.model_validate({"precision": "fp16"})
+
+
+def test_a_bf16_run_trains_in_autocast_and_saves_fp32_weights(tmp_path):
+    """bf16 is autocast: the matmuls run in bf16, the weights the optimizer updates (and the folder
+    saved) stay fp32, so the served reranker loads as any other."""
+    import torch
+    from safetensors.torch import load_file
+
+    texts = ["Hamlet is a tragedy by William Shakespeare.", "The Eiffel Tower stands in Paris.",
+             "Mount Everest is the highest mountain.", "The Nile flows through Egypt."]
+    pairs = [pair for i, text in enumerate(texts) for pair in (Pair(f"question {i} about {text.split()[0]}", text, 1.0),
+                                                              Pair(f"question {i} about {text.split()[0]}", texts[i - 1], 0.0))]
+    run = train_reranker(pairs, BI_SETTINGS.model_copy(update={"precision": "bf16", "batch_size": 4}), tmp_path / "bf16")
+    assert run.metrics["precision"] == "bf16" and run.steps >= 1
+    weights = load_file(next((tmp_path / "bf16").rglob("model.safetensors")))
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
+    assert all(score == score for score in Reranker.load(tmp_path / "bf16").score("Who wrote Hamlet?", texts))  # finite, loads
 
 
 @pytest.mark.parametrize(("start", "trained", "verdict"), [

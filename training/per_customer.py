@@ -567,8 +567,11 @@ def _record_checks(folder: Path, run_id: str, dev: list, checks: dict[str, Any])
 def reranker_identity(settings: RerankerSettings) -> dict[str, Any]:
     """The settings that decide the trained weights. Short views and chain pairs off leave them
     out, and a cross-encoder leaves its kind out, so a reranker trained before either existed is still reused,
-    not paid for again."""
+    not paid for again; so does precision `auto`, which is how fast this machine computes, like the thread count
+    (a precision named in the customer file is part of the identity)."""
     exclude = {"torch_threads", "eval_tasks", "eval_depth"}
+    if settings.precision == "auto":
+        exclude |= {"precision"}
     if not settings.short_queries:
         exclude |= {"short_queries", "short_query_words"}
     if not settings.chain_pairs:
