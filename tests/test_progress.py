@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from core.progress import Progress
+import pytest
+
+from core.progress import Progress, library_bars_follow_hub_setting
 
 
 def test_progress_reports_at_most_every_interval_and_always_at_the_end(caplog):
@@ -55,3 +57,27 @@ def test_embedding_reports_chunks_embedded(caplog, tmp_path):
     with caplog.at_level(logging.INFO, logger="search.index"):
         HybridIndex(persistent_client(tmp_path / "chroma"), "progress", HashEmbedder()).build_or_update(chunks, chunker="test")
     assert any(r.getMessage() == "chunks embedded 12/12" for r in caplog.records)
+
+
+@pytest.mark.parametrize("module", ["transformers.modeling_gguf_pytorch_utils", "sentence_transformers.base.model_card"])
+def test_library_bars_are_off_only_while_hub_bars_are(module):
+    """The first SmolLM2 conversion and each reranker training must not write a bar's carriage returns
+    into a CLI log that asked for no bars; the bar is restored after, and drawn where bars are on."""
+    import importlib
+
+    import huggingface_hub.utils as hub
+
+    library = importlib.import_module(module)
+    drawn, were_off = library.tqdm, hub.are_progress_bars_disabled()
+    hub.disable_progress_bars()
+    try:
+        with library_bars_follow_hub_setting(module, "no.such.module"):
+            assert library.tqdm(range(3)).disable
+    finally:
+        if not were_off:
+            hub.enable_progress_bars()
+    assert library.tqdm is drawn
+    if not hub.are_progress_bars_disabled():  # HF_HUB_DISABLE_PROGRESS_BARS=1 in the environment keeps them off
+        with library_bars_follow_hub_setting(module):
+            assert library.tqdm is drawn
+

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from core.cpu_precision import cpu_training_precision
-from core.progress import Progress
+from core.progress import Progress, library_bars_follow_hub_setting
 from core.training_settings import RerankerSettings
 from evaluation.synth_tasks import tasks_from_synth
 from search.backend import SearchBackend
@@ -41,6 +41,7 @@ from search.reranker import Reranker, fresh_head_quietly, pair_text, start_model
 from synth.query_views import short_views
 
 LOG = logging.getLogger(__name__)
+MODEL_CARD_MODULE = "sentence_transformers.base.model_card"
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,9 @@ def _train_bi_encoder(pairs: Sequence[Pair], settings: RerankerSettings, base: s
         logging_steps=10, disable_tqdm=True, dataloader_num_workers=0, bf16=precision == "bf16",
         use_cpu=not torch.cuda.is_available(),
     )
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, callbacks=[_progress_callback()],
-                                         loss=losses.MultipleNegativesRankingLoss(model))
+    with library_bars_follow_hub_setting(MODEL_CARD_MODULE):  # the card's "widget examples" bar
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, callbacks=[_progress_callback()],
+                                             loss=losses.MultipleNegativesRankingLoss(model))
     started = time.perf_counter()
     result = trainer.train()
     elapsed = time.perf_counter() - started
