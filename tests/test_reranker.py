@@ -47,17 +47,18 @@ def trained(request, tasks, demo_frames, demo_index, tmp_path_factory):  # noqa:
 
 def test_pairs_label_evidence_chunks_against_distractors_and_hard_negatives(tasks, demo_frames, demo_index):  # noqa: F811
     train = [t for t in tasks if t.split == "train"][:10]
-    pairs = training_pairs(train, demo_frames[0], demo_index, SETTINGS)
+    question_pairs = SETTINGS.model_copy(update={"chain_pairs": False})  # chains: the next test
+    pairs = training_pairs(train, demo_frames[0], demo_index, question_pairs)
     positives = [p for p in pairs if p.label == 1.0]
     negatives = [p for p in pairs if p.label == 0.0]
     assert positives and len(negatives) > len(positives)
     gold_titles = {t.agent_query: {demo_index.document_title(i) for i in t.supporting_ids} for t in train}
     assert all(p.text.split("\n", 1)[0] in gold_titles[p.query] for p in positives)  # shown as "title\ntext"
     assert all(p.text.split("\n", 1)[0] not in gold_titles[p.query] for p in negatives)  # never a gold document
-    assert training_pairs(train, demo_frames[0], demo_index, SETTINGS) == pairs  # deterministic
+    assert training_pairs(train, demo_frames[0], demo_index, question_pairs) == pairs  # deterministic
 
     # short views: each task is also asked in a few of its words, with the same gold and its own hard negatives
-    brief = training_pairs(train, demo_frames[0], demo_index, SETTINGS.model_copy(update={"short_queries": 1}))
+    brief = training_pairs(train, demo_frames[0], demo_index, question_pairs.model_copy(update={"short_queries": 1}))
     questions = {t.agent_query for t in train}
     views = {p.query for p in brief} - questions
     assert views and all(len(view.split()) <= SETTINGS.short_query_words + 2 for view in views)
@@ -71,8 +72,9 @@ def test_chain_pairs_extend_the_question_with_one_hop_and_label_the_next(tasks, 
     train = [t for t in tasks if t.split == "train"]
     bridged = [t for t in train if len(t.supporting_ids) > 1][:4]
     assert bridged, "the demo tasks have multi-hop ones"
-    plain = training_pairs(bridged, demo_frames[0], demo_index, SETTINGS)
-    chained = training_pairs(bridged, demo_frames[0], demo_index, SETTINGS.model_copy(update={"chain_pairs": True}))
+    plain = training_pairs(bridged, demo_frames[0], demo_index, SETTINGS.model_copy(update={"chain_pairs": False}))
+    chained = training_pairs(bridged, demo_frames[0], demo_index, SETTINGS)
+    assert SETTINGS.chain_pairs  # the default
     extra = [p for p in chained if p not in plain]
     assert [p for p in chained if p in plain] == plain  # the question's own pairs are unchanged
     for task in bridged:
@@ -279,13 +281,14 @@ def test_the_reranker_identity_leaves_short_views_out_when_they_are_off():
     """A cross-encoder trained before short views and kinds existed keeps its run id (reused, not trained again)."""
     from training.per_customer import reranker_identity
 
-    before = SETTINGS.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words", "kind",
-                                          "chain_pairs", "precision"})
-    assert reranker_identity(SETTINGS) == before
-    assert reranker_identity(SETTINGS.model_copy(update={"short_query_words": 6})) == before
-    on = reranker_identity(SETTINGS.model_copy(update={"short_queries": 1}))
+    unchained = SETTINGS.model_copy(update={"chain_pairs": False})  # how every reranker before 2026-12-07 was trained
+    before = unchained.model_dump(exclude={"torch_threads", "eval_tasks", "eval_depth", "short_queries", "short_query_words", "kind",
+                                           "chain_pairs", "precision"})
+    assert reranker_identity(unchained) == before
+    assert reranker_identity(unchained.model_copy(update={"short_query_words": 6})) == before
+    on = reranker_identity(unchained.model_copy(update={"short_queries": 1}))
     assert on["short_queries"] == 1 and on != before
-    chains = reranker_identity(SETTINGS.model_copy(update={"chain_pairs": True}))
+    chains = reranker_identity(SETTINGS)  # chain pairs are the default now: trained anew, never the old weights
     assert chains["chain_pairs"] is True and chains != before
     # `auto` is this machine's speed, not a recipe; a precision the file names trains other weights
     assert reranker_identity(SETTINGS.model_copy(update={"precision": "bf16"}))["precision"] == "bf16"
