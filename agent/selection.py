@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent.policy_spec import PolicySpec
 from agent.trajectory import RankedDocument, Trajectory
 from search.backend import SearchBackend
 from search.reranker import Reranker, pair_text
@@ -33,9 +34,27 @@ class SelectionSettings:
     chain_anchors: int = 0  # judge by two-document chains from this many first links (`Reranker.chain_order`); 0: by the question
 
 
-def settings_for(reranker: Reranker) -> SelectionSettings:
-    """Selection as chosen for this reranker on its customer's dev split (weight, chains)."""
-    return SelectionSettings(policy_weight=reranker.policy_weight, chain_anchors=reranker.chain_anchors)
+# The kinds of candidate selection is calibrated for (`training.selection_weight`): an agent (the
+# heuristic stands for every agent policy, models included) and a single-shot list (hybrid stands
+# for bm25 and dense too).
+AGENT_POLICY = "heuristic"
+SINGLE_SHOT_POLICY = "hybrid"
+CALIBRATED_POLICIES = (AGENT_POLICY, SINGLE_SHOT_POLICY)
+
+
+def calibrated_as(policy: str | None) -> str:
+    """The calibrated kind whose choice `policy` (a spec, `+rerank` or not) selects with."""
+    if policy and PolicySpec.of(policy).without_selection().is_baseline:
+        return SINGLE_SHOT_POLICY
+    return AGENT_POLICY
+
+
+def settings_for(reranker: Reranker, policy: str | None = None) -> SelectionSettings:
+    """Selection as chosen for this reranker on its customer's dev split (weight, chains), for
+    the kind of candidate `policy` is; a reranker calibrated before per-kind choices has one
+    choice for every kind."""
+    weight, chains = reranker.choice_for(calibrated_as(policy))
+    return SelectionSettings(policy_weight=weight, chain_anchors=chains)
 
 
 def judge(reranker: Reranker, question: str, candidates: Sequence[tuple[str, list[str]]], chain_anchors: int) -> list[tuple[str, float]]:
@@ -80,10 +99,10 @@ def fuse(policy: Sequence[str], judged: Sequence[str], settings: SelectionSettin
 
 
 def select(trajectory: Trajectory, question: str, backend: SearchBackend, reranker: Reranker, k: int,
-           settings: SelectionSettings | None = None) -> list[RankedDocument]:
+           settings: SelectionSettings | None = None, policy: str | None = None) -> list[RankedDocument]:
     """The top `k` of the fused order, as a final ranking (the policy's justification kept).
-    `settings`: by default the reranker's own calibrated weight (`settings_for`)."""
-    settings = settings or settings_for(reranker)
+    `settings`: by default the reranker's own calibrated choice for `policy`'s kind (`settings_for`)."""
+    settings = settings or settings_for(reranker, policy)
     order = policy_order(trajectory)[: settings.max_candidates]
     judged = judge(reranker, question, surfaced_texts(trajectory, backend, order), settings.chain_anchors)
     fused = fuse(order, [doc for doc, _ in judged], settings)[:k]

@@ -97,6 +97,8 @@ def reranker_checkpoint(
         "selection": dg.MetadataValue.json(checkpoint.selection),
         "selection_policy_weight": float(checkpoint.selection.get("policy_weight", 1.0)),
         "selection_chain_anchors": int(checkpoint.selection.get("chain_anchors", 0)),
+        **{f"selection/{policy}/{key}": float(choice[key]) for policy, choice in checkpoint.selection.get("by_policy", {}).items()
+           for key in ("policy_weight", "chain_anchors")},
     })
 
 

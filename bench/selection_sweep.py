@@ -39,7 +39,7 @@ COLUMNS = ["all", "half A", "half B", "HotpotQA", "MuSiQue"]
 
 
 def sweep(reranker_spec: str, policy: str, weights: list[float], chains: list[int], limit: int | None) -> None:
-    from agent.selection import SelectionSettings, fuse, policy_order, surfaced_texts
+    from agent.selection import SelectionSettings, calibrated_as, fuse, policy_order, surfaced_texts
     from evaluation.baselines import SingleShotBaseline
     from evaluation.candidates import RERANK_BASELINE_DOCS, build_candidate, split_candidates
     from evaluation.external import load_external_benchmark
@@ -68,8 +68,9 @@ def sweep(reranker_spec: str, policy: str, weights: list[float], chains: list[in
                 top = fuse(order, judged[chain], SelectionSettings(rrf_k=settings.rrf_k, policy_weight=weight))[:5]
                 for group in groups:
                     found[(chain, weight, group)] += answer_found_in(set(top), task.gold)
-    print(f"{policy} judged by {reranker_spec} ({reranker.kind}; calibrated: weight {reranker.policy_weight:g}, "
-          f"chains {reranker.chain_anchors}): answer found at k=5 (questions: " + ", ".join(f"{c} {counts[c]}" for c in COLUMNS) + ")")
+    weight, chain_anchors = reranker.choice_for(calibrated_as(policy))
+    print(f"{policy} judged by {reranker_spec} ({reranker.kind}; calibrated for {calibrated_as(policy)}: weight {weight:g}, "
+          f"chains {chain_anchors}): answer found at k=5 (questions: " + ", ".join(f"{c} {counts[c]}" for c in COLUMNS) + ")")
     print("| chains | policy weight | " + " | ".join(COLUMNS) + " |\n|---|---|" + "---:|" * len(COLUMNS))
     for chain in chains:
         for weight in weights:

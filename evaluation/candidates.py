@@ -108,21 +108,21 @@ class SelectedCandidate:
     backend: SearchBackend
     reranker: Reranker
     k: int
-    settings: SelectionSettings | None = None  # None: the reranker's calibrated weight (agent.selection.settings_for)
+    settings: SelectionSettings | None = None  # None: the reranker's calibrated choice for this kind (agent.selection.settings_for)
 
     @property
     def harness(self) -> Any:
         return getattr(self.inner, "harness", None)
 
     def describe(self) -> dict[str, Any]:
-        settings = self.settings or settings_for(self.reranker)
+        settings = self.settings or settings_for(self.reranker, self.name)
         return {**self.inner.describe(), "selection": {"reranker": str(self.reranker.path), **asdict(settings)}}
 
     def run(self, question: str, task_id: str | None = None, seed: int = 0) -> Trajectory:
         trajectory = self.inner.run(question, task_id=task_id, seed=seed)
         own = [doc.doc_id for doc in trajectory.final_ranking]
         if trajectory.seen_doc_ids():
-            trajectory.final_ranking = select(trajectory, question, self.backend, self.reranker, self.k, self.settings)
+            trajectory.final_ranking = select(trajectory, question, self.backend, self.reranker, self.k, self.settings, policy=self.name)
         trajectory.policy = self.name
         trajectory.metadata = {**trajectory.metadata, "policy_ranking": own}
         return trajectory

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -128,6 +128,9 @@ class Reranker:
     chain_anchors: int = 0  # selection judges by two-document chains from this many first links (0: by the question alone)
     backend: str = "auto"  # torch | numpy | auto (load_cross_encoder)
     kind: str = "cross"  # bi | cross (module doc)
+    # Selection's choice per kind of candidate (`agent.selection.CALIBRATED_POLICIES`):
+    # {policy: (policy_weight, chain_anchors)}; a kind not in it uses the two fields above.
+    by_policy: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path | None = None, device: str = "cpu", backend: str = "auto", kind: str | None = None) -> Reranker:
@@ -141,10 +144,16 @@ class Reranker:
         if kind == "bi" and found == "cross":
             raise ValueError(f"reranker folder {folder} is a cross-encoder (it has a classification head), not a bi-encoder")
         calibrated = read_selection(folder)
+        by_policy = {policy: (float(choice["policy_weight"]), int(choice.get("chain_anchors", 0)))
+                     for policy, choice in (calibrated.get("by_policy") or {}).items()}
         reranker = cls(folder, device, policy_weight=calibrated.get("policy_weight", 1.0), backend=backend, kind=kind,
-                       chain_anchors=int(calibrated.get("chain_anchors", 0)))
+                       chain_anchors=int(calibrated.get("chain_anchors", 0)), by_policy=by_policy)
         reranker.model  # noqa: B018 - load now, so a bad folder fails where it is named
         return reranker
+
+    def choice_for(self, policy: str) -> tuple[float, int]:
+        """(policy_weight, chain_anchors) selection uses for `policy`'s kind of candidate."""
+        return self.by_policy.get(policy, (self.policy_weight, self.chain_anchors))
 
     @property
     def model(self) -> Any:

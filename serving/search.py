@@ -82,7 +82,7 @@ def run_search(index: HybridIndex, question: str, policy_spec: str | PolicySpec 
             answer = merge_nx(policy_spec, question, None, seed, merged, time.perf_counter() - started)
     if rerank and answer.seen_doc_ids():
         answer.metadata = {**answer.metadata, "policy_ranking": [doc.doc_id for doc in answer.final_ranking]}
-        answer.final_ranking = select(answer, question, index, reranker, k)
+        answer.final_ranking = select(answer, question, index, reranker, k, policy=policy_spec)
     summary = trajectories[0].summary() if parallel == 1 else merged.summary()
     return SearchResponse(_documents(answer.final_ranking, index, k), summary, trajectories)
 

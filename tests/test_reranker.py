@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.policy_spec import PolicySpec
-from agent.selection import SelectionSettings, fuse, policy_order, settings_for
+from agent.selection import CALIBRATED_POLICIES, SelectionSettings, calibrated_as, fuse, policy_order, settings_for
 from core.storage import LocalArtifactStore
 from core.task_settings import TaskGenConfig
 from core.training_settings import RerankerSettings
@@ -127,6 +127,19 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
     assert settings_for(loaded) == SelectionSettings(policy_weight=weight, chain_anchors=chain)
     by_weight, by_choice = checkpoint.selection["recall_at_k_by_weight"], checkpoint.selection["recall_at_k_by_choice"]
     assert by_weight[str(weight)] == max(by_weight.values()) == max(by_choice.values()) == by_choice[f"chain{chain}/{weight:g}"]
+    # each kind of candidate has its own choice, made on its own episodes: the agent's is the top level,
+    # a single-shot list (hybrid, bm25, dense) selects with hybrid's
+    by_policy = checkpoint.selection["by_policy"]
+    assert tuple(by_policy) == CALIBRATED_POLICIES and by_policy["heuristic"]["policy_weight"] == weight
+    for policy, choice in by_policy.items():
+        assert choice["policy"] == policy and choice["policy_weight"] in WEIGHTS and choice["tasks"] == checkpoint.selection["tasks"]
+        scores = choice["recall_at_k_by_choice"]
+        assert scores[f"chain{choice['chain_anchors']}/{choice['policy_weight']:g}"] == max(scores.values())
+    single = by_policy["hybrid"]
+    for spec in ("hybrid+rerank", "bm25", "dense+rerank"):
+        assert settings_for(loaded, spec) == SelectionSettings(policy_weight=single["policy_weight"], chain_anchors=single["chain_anchors"])
+    for spec in ("heuristic+rerank", "heuristic@4+rerank", "transformers:smollm2+rerank", None):
+        assert settings_for(loaded, spec) == SelectionSettings(policy_weight=weight, chain_anchors=chain)
     assert any(key.endswith("searchsmith_selection.json") for key in store.list(checkpoint.key))
 
     # a rerun with the same inputs reuses it; a worker without the folder pulls it from the store
@@ -173,6 +186,44 @@ def test_a_rerun_after_a_failed_step_repeats_only_the_steps_that_did_not_finish(
     calibrated = train_reranker_checkpoint("acme", LocalArtifactStore(tmp_path / "store2"), demo_index, tasks, demo_frames[0], KINDS[kind], home)
     assert calibrated.selection == checkpoint.selection and calibrated.dev == checkpoint.dev
     assert json.loads(record.read_text(encoding="utf-8")) == checks  # recorded again as it finished
+
+
+def test_a_reranker_calibrated_before_choices_per_kind_is_calibrated_again_once(trained, tasks, demo_frames, demo_index,  # noqa: F811
+                                                                                 monkeypatch):
+    """Reused weights whose calibration has one choice for every kind (before 2026-12-07) get the
+    per-kind calibration beside them, and are neither trained nor judged again."""
+    import json
+
+    import training.reranker
+    from core.layout import reranker_manifest_key
+
+    store, home, checkpoint = trained
+    kind = checkpoint.train["metrics"]["kind"]
+    if kind != "bi":  # the reuse path does not depend on the kind
+        return
+    old = {key: value for key, value in checkpoint.selection.items() if key != "by_policy"}
+    store.write_text(reranker_manifest_key("acme"), json.dumps({**checkpoint.to_dict(), "selection": old}, default=str))
+    (Path(checkpoint.path) / "searchsmith_selection.json").write_text(json.dumps(old), encoding="utf-8")
+    loaded = Reranker.load(checkpoint.path)
+    assert not loaded.by_policy and settings_for(loaded, "hybrid") == settings_for(loaded, "heuristic")  # one choice for all
+
+    def repeated(*args, **kwargs):
+        raise AssertionError("the reranker was trained or judged again")
+
+    monkeypatch.setattr(training.reranker, "train_reranker", repeated)
+    monkeypatch.setattr(training.reranker, "dev_recall", repeated)
+    again = train_reranker_checkpoint("acme", store, demo_index, tasks, demo_frames[0], KINDS[kind], home)
+    assert again.reused and again.selection == checkpoint.selection  # the same tasks and episodes: the same choices
+    assert read_reranker(store, "acme").selection == checkpoint.selection
+    assert Reranker.load(checkpoint.path).by_policy  # beside the weights, where selection reads it
+
+
+def test_each_policy_selects_with_its_kinds_choice():
+    assert [calibrated_as(spec) for spec in ("hybrid", "bm25+rerank", "dense", "heuristic", "heuristic+rerank", "openai:http://x#m", None)] \
+        == ["hybrid", "hybrid", "hybrid", "heuristic", "heuristic", "heuristic", "heuristic"]
+    reranker = Reranker(Path("unused"), policy_weight=2.0, chain_anchors=3, by_policy={"hybrid": (1.0, 3)})
+    assert settings_for(reranker, "hybrid+rerank") == SelectionSettings(policy_weight=1.0, chain_anchors=3)
+    assert settings_for(reranker, "heuristic+rerank") == SelectionSettings(policy_weight=2.0, chain_anchors=3)  # not calibrated apart: the top level
 
 
 def test_selection_reorders_only_what_the_episode_surfaced(trained, tasks, demo_frames, demo_index):  # noqa: F811

@@ -520,9 +520,17 @@ def _calibrate_selection(folder: Path, dev: list, chunks: Any, backend: SearchBa
 
     calibration = calibrate(tasks_from_synth(dev, chunks), backend, Reranker.load(folder), k)
     write_selection(Path(folder), calibration)
-    how = f"chains from {calibration['chain_anchors']} first links" if calibration["chain_anchors"] else "the question alone"
-    LOG.info(f"selection weight {calibration['policy_weight']}, judged by {how} (dev recall@{k} by weight {calibration['recall_at_k_by_weight']})")
+    for policy, choice in calibration["by_policy"].items():
+        how = f"chains from {choice['chain_anchors']} first links" if choice["chain_anchors"] else "the question alone"
+        LOG.info(f"selection for {policy}: weight {choice['policy_weight']}, judged by {how} "
+                 f"(dev recall@{k} by weight {choice['recall_at_k_by_weight']})")
     return calibration
+
+
+def _calibrated(selection: dict[str, Any]) -> bool:
+    """A calibration of today's choices: chains (2026-12-05) and a choice per kind of candidate
+    (2026-12-07). One from before is made again, once, beside the reused weights."""
+    return "chain_anchors" in selection and "by_policy" in selection
 
 
 # Written beside the weights once training ends: a rerun after a later step failed (the dev check,
@@ -597,7 +605,7 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
         try:
             folder = local_reranker(store, previous)
             previous.reused = True
-            if "chain_anchors" not in previous.selection:  # calibrated before chains were a choice (or never): calibrate it now
+            if not _calibrated(previous.selection):  # calibrated before today's choices (or never): calibrate it now
                 previous.selection = _calibrate_selection(folder, dev, chunks, backend, k)
                 push_folder(store, folder, previous.key)
                 store.write_text(reranker_manifest_key(customer), json.dumps(previous.to_dict(), indent=2, default=str))
@@ -627,7 +635,7 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
         checks = _record_checks(out, run_id, dev, {"dev": figures, "dev_brief": brief})
     else:
         LOG.info(f"reranker {out}: judged on the dev split by an earlier attempt; not judging again")
-    if "selection" not in checks:
+    if not _calibrated(checks.get("selection", {})):
         checks = _record_checks(out, run_id, dev, {**checks, "selection": _calibrate_selection(out, dev, chunks, backend, k)})
     else:
         write_selection(out, checks["selection"])  # where `Reranker.load` reads it
