@@ -143,6 +143,17 @@ def cmd_finetune(args) -> dict[str, Any]:
     return run_finetune(args.customer, args.stage)
 
 
+def _selection_line(selection: dict[str, Any]) -> str:
+    """How `+rerank` candidates will select, per kind of candidate (training.selection_weight)."""
+    choices = selection.get("by_policy") or ({"every policy": selection} if "policy_weight" in selection else {})
+    if not choices:
+        return ""
+    how = {policy: f"{policy} weight {choice['policy_weight']:g}, "
+           + (f"chains from {choice['chain_anchors']} first links" if choice.get("chain_anchors") else "judged by the question")
+           for policy, choice in choices.items()}
+    return f"  selection (chosen on the dev split): {'; '.join(how.values())}\n"
+
+
 def _human_finetune(payload: dict[str, Any]) -> str:
     if payload["stage"] == "reranker":
         dev = payload["dev"]
@@ -150,7 +161,7 @@ def _human_finetune(payload: dict[str, Any]) -> str:
         rows = "\n".join(f"  {row:<8} recall@k {f['recall_at_k']:.3f}  mrr {f['mrr']:.3f}" for row, f in dev.items())
         return (f"{payload['customer']} reranker: {payload['path']}{reused}\n  {payload['train'].get('pairs')} training pairs, "
                 f"{payload['train'].get('pairs_per_s')} pairs/s; dev split ({dev['trained'].get('tasks')} tasks, hybrid's top documents reordered):\n"
-                f"{rows}\n  benchmark with: searchsmith bench --tasks FILE --policies hybrid,hybrid+rerank,heuristic+rerank --reranker {payload['path']} --out DIR")
+                f"{rows}\n{_selection_line(payload.get('selection') or {})}  benchmark with: searchsmith bench --tasks FILE --policies hybrid,hybrid+rerank,heuristic+rerank --reranker {payload['path']} --out DIR")
     metrics = ", ".join(f"{k} {v:.4g}" for k, v in payload["metrics"].items() if isinstance(v, (int, float)) and not isinstance(v, bool))
     reused = " (reused: nothing changed)" if payload.get("reused") else ""
     return (f"{payload['customer']} {payload['stage']}: adapter {payload['adapter_path']}{reused}\n"

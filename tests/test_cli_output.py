@@ -58,6 +58,20 @@ def test_a_search_that_finds_nothing_says_so():
     assert found.splitlines()[:2] == [" 1. Kraus House  [d1]", "    built 1951"]
 
 
+def test_the_reranker_summary_says_how_each_kind_of_candidate_selects():
+    from orchestration.cli import _human_finetune
+
+    dev = {row: {"recall_at_k": 0.9, "mrr": 0.95, "tasks": 100} for row in ("hybrid", "start", "trained")}
+    payload = {"stage": "reranker", "customer": "acme", "path": "/m/r", "dev": dev, "train": {"pairs": 10, "pairs_per_s": 4.9},
+               "selection": {"policy_weight": 2.0, "chain_anchors": 3, "by_policy": {
+                   "heuristic": {"policy_weight": 2.0, "chain_anchors": 3}, "hybrid": {"policy_weight": 1.0, "chain_anchors": 0}}}}
+    assert "  selection (chosen on the dev split): heuristic weight 2, chains from 3 first links; hybrid weight 1, judged by the question" \
+        in _human_finetune(payload).splitlines()
+    older = {**payload, "selection": {"policy_weight": 0.5, "chain_anchors": 0}}  # calibrated before per-kind choices
+    assert "  selection (chosen on the dev split): every policy weight 0.5, judged by the question" in _human_finetune(older).splitlines()
+    assert not any(line.startswith("  selection") for line in _human_finetune({**payload, "selection": {}}).splitlines())
+
+
 def test_our_progress_logs_become_the_status_line_detail_on_a_terminal(tmp_path):
     import io
     import logging
