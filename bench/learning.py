@@ -4,6 +4,7 @@
         [--sft-steps N] [--teacher-tasks N] [--final-answer-weight W] [--answer-steps N [--answer-target gold|teacher]
         [--answer-learning-rate LR]] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
     .venv/bin/python bench/learning.py --size cpu --question-style natural --student ADAPTER [--synth-of RUN [--skip-dev]] [--dev-rows hybrid,sft]
+        [--reranker DIR]
 
 What it does, as a customer would (every step is the `searchsmith` CLI in its own home):
 1. builds a customer whose corpus is the paragraphs of `shared/data/multihop_dev.jsonl` (one
@@ -29,6 +30,10 @@ SFT row, beside the same hybrid, teacher and base rows: a shipped searcher re-me
 current harness and code. With `--synth-of RUN` (the `--work` folder of an earlier training run) it
 also measures the adapter's mean reward on that run's held-out synthetic test split: how candidate
 checkpoints are compared without looking at the dev questions (`--skip-dev` measures only that).
+
+`--reranker DIR` (a customer's trained reranker) adds `hybrid+rerank` and, from each student row's own
+episodes, `sft+rerank` (and `sft+cispo+rerank`): selection over what the student's searches surfaced.
+They are fused rows, printed beside the student's own and never in its place.
 
 The SFT adapter of `--size cpu --question-style natural` is the searcher this project ships
 (`training/searchers/smollm2-searcher`, which customer files continue with
@@ -244,18 +249,24 @@ def harness_key(spec: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
     return {**config.profile(), "prefill_final_answer": config.prefill_final_answer}
 
 
-def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size) -> dict[str, Any]:
+def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str, Any] | None, size: Size,
+            reranker_dir: Path | None = None) -> dict[str, Any]:
+    """One row measured on the dev questions (`reranker_dir`: for a `+rerank` spec)."""
     from evaluation.bench import run_benchmark
+    from search.reranker import Reranker
 
     options = model_options(size) if spec.startswith("transformers:") else None
     key = {"spec": spec, "tasks": [t.task_id for t in tasks], "overrides": overrides, "harness": harness_key(spec, overrides),
            "options": options, "k": K}
+    if reranker_dir is not None:
+        key["reranker"] = str(reranker_dir.resolve())
     if (row := cached(out / name / "row.json", key)) is not None:
         print(f"  {name}: reused (answer found {row['answer_found']:.3f})", file=sys.stderr)
         return row
     started = time.perf_counter()
     report = run_benchmark(tasks, backend, [spec], K, out / name, progress=False, workers=EPISODE_WORKERS,
-                           harness_overrides=overrides, model_options=options)
+                           harness_overrides=overrides, model_options=options,
+                           reranker=Reranker.load(reranker_dir) if reranker_dir is not None else None)
     name_key = next(iter(report["policies"]))  # the candidate's report name
     summary = report["policies"][name_key]
     row = {
@@ -266,6 +277,44 @@ def run_row(name: str, spec: str, tasks, backend, out: Path, overrides: dict[str
         **episode_shares(report["files"]["trajectories"][name_key]),
     }
     print(f"  {name}: answer found {row['answer_found']:.3f}, parseable {row['parseable_final']:.2f}, {row['wall_s']:.0f} s", file=sys.stderr)
+    return remember(out / name / "row.json", key, row)
+
+
+def selected_row(name: str, model_row: dict[str, Any], tasks, backend, out: Path, reranker_dir: Path) -> dict[str, Any]:
+    """`model_row`'s own episodes with their final rankings rebuilt by selection (`agent.selection`,
+    the reranker's calibrated choice for agents): what `SPEC+rerank` gives, read from the episodes
+    already paid for instead of a second run of the model. Reported beside the student's row,
+    never in place of it (issue 12: a fused variant has its own row)."""
+    from agent.selection import select
+    from agent.trajectory import read_jsonl
+    from evaluation.bootstrap import bootstrap_mean
+    from evaluation.metrics import answer_found_in
+    from search.reranker import Reranker
+
+    row_dir = out / model_row["row"]
+    (episodes,) = sorted((row_dir / "trajectories").glob("*.jsonl"))
+    key = {"episodes": str(episodes), "row": model_row, "reranker": str(reranker_dir.resolve()),
+           "selection": json.loads((reranker_dir / "searchsmith_selection.json").read_text(encoding="utf-8"))}
+    if (row := cached(out / name / "row.json", key)) is not None:
+        return row
+    started = time.perf_counter()
+    reranker, by_id = Reranker.load(reranker_dir), {task.task_id: task for task in tasks}
+    scores = []
+    for trajectory in read_jsonl(episodes):
+        task = by_id[trajectory.task_id]
+        if trajectory.seen_doc_ids():
+            trajectory.final_ranking = select(trajectory, task.question, backend, reranker, K, policy=f"{model_row['policy']}+rerank")
+        returned = set(trajectory.output_doc_ids()[:K])
+        gold = task.gold.doc_ids
+        scores.append({"task_id": task.task_id, "answer_found": float(answer_found_in(returned, task.gold)),
+                       "recall": len(gold & returned) / len(gold) if gold else 0.0})
+    (out / name / "scores").mkdir(parents=True, exist_ok=True)
+    (out / name / "scores" / "selected.jsonl").write_text("".join(json.dumps(score) + "\n" for score in scores), encoding="utf-8")
+    found, recall = (bootstrap_mean([score[metric] for score in scores]) for metric in ("answer_found", "recall"))
+    row = {**{k: model_row[k] for k in ("n", "parseable_final", "valid_tool_calls", "tool_calls", "mean_prompt_tokens")},
+           "row": name, "policy": f"{model_row['policy']}+rerank", "answer_found": found.mean, "answer_found_ci": found.as_list(),
+           "recall": recall.mean, "recall_ci": recall.as_list(), "wall_s": round(time.perf_counter() - started, 1)}
+    print(f"  {name}: answer found {row['answer_found']:.3f} (selection over the {model_row['row']} row's episodes)", file=sys.stderr)
     return remember(out / name / "row.json", key, row)
 
 
@@ -366,6 +415,9 @@ def main() -> None:
                              "the training run whose --work folder is RUN (it holds that customer's tasks and index)")
     parser.add_argument("--skip-dev", action="store_true",
                         help="with --synth-of: measure only the synthetic split, not the dev-question rows")
+    parser.add_argument("--reranker", type=Path, default=None, metavar="DIR",
+                        help="a trained reranker folder (a customer's reranker_checkpoint): adds the rows hybrid+rerank and, "
+                             "from the student rows' own episodes, sft+rerank and sft+cispo+rerank (fused rows, beside the student's own)")
     parser.add_argument("--dev-rows", type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
                         default=None, metavar="ROWS",
                         help=f"evaluate only these dev-question rows (comma-separated, of {', '.join(DEV_ROWS)}), e.g. "
@@ -520,6 +572,10 @@ def main() -> None:
             planned.append(("sft+cispo", rl_spec, turn_cap))
         rows = [run_row(row, spec, bench.tasks, bench.index, out, overrides, size)
                 for row, spec, overrides in planned if args.dev_rows is None or row in args.dev_rows]
+        if args.reranker is not None:  # selection's rows, each beside the row it selects from
+            rows += [run_row("hybrid+rerank", "hybrid+rerank", bench.tasks, bench.index, out, None, size, args.reranker)]
+            rows += [selected_row(f"{row['row']}+rerank", row, bench.tasks, bench.index, out, args.reranker)
+                     for row in list(rows) if row["row"] in ("sft", "sft+cispo")]
         add_paired_differences(rows, out)
         timings["eval_s"] = time.perf_counter() - stage
 

@@ -465,3 +465,27 @@ def test_a_bi_encoder_judges_chains_the_same_with_torch_and_numpy(monkeypatch):
     by_numpy = Reranker.load(backend="numpy").chain_order(CHAIN_QUESTION, CHAIN_CANDIDATES, 3)
     assert [doc for doc, _ in by_numpy] == [doc for doc, _ in by_torch]
     assert dict(by_numpy) == pytest.approx(dict(by_torch), abs=1e-4)
+
+
+def test_the_learning_benchmark_selects_from_a_rows_own_episodes_as_the_live_candidate_does(trained, tasks, demo_frames, demo_index,  # noqa: F811
+                                                                                              tmp_path):
+    """`bench/learning.py --reranker DIR`: a student row's `+rerank` row is computed from the episodes
+    the row already ran, and gives what running `SPEC+rerank` gives (here with the deterministic
+    heuristic standing in for the student)."""
+    from bench.learning import selected_row
+    from evaluation.bench import run_benchmark
+
+    _, _, checkpoint = trained
+    bench = tasks_from_synth([t for t in tasks if t.split == "test"][:4], demo_frames[0])
+    report = run_benchmark(bench, demo_index, ["heuristic", "heuristic+rerank"], 5, tmp_path / "sft", progress=False, workers=1,
+                           reranker=Reranker.load(checkpoint.path))
+    live = report["policies"]["heuristic+rerank"]
+    for path in (tmp_path / "sft" / "trajectories").glob("heuristic_rerank*"):  # the row holds its own episodes only
+        path.unlink()
+    row = {"row": "sft", "policy": "heuristic", "n": len(bench), "parseable_final": 1.0, "valid_tool_calls": 1.0, "tool_calls": 3.0,
+           "mean_prompt_tokens": 0.0}
+    selected = selected_row("sft+rerank", row, bench, demo_index, tmp_path, Path(checkpoint.path))
+    assert selected["policy"] == "heuristic+rerank" and selected["n"] == len(bench)
+    assert selected["answer_found"] == pytest.approx(live["answer_found"]) and selected["recall"] == pytest.approx(live["recall"])
+    assert len((tmp_path / "sft+rerank" / "scores" / "selected.jsonl").read_text().splitlines()) == len(bench)
+    assert selected_row("sft+rerank", row, bench, demo_index, tmp_path, Path(checkpoint.path)) == selected  # a rerun reuses it
