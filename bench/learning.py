@@ -289,12 +289,11 @@ def selected_row(name: str, model_row: dict[str, Any], tasks, backend, out: Path
     from agent.trajectory import read_jsonl
     from evaluation.bootstrap import bootstrap_mean
     from evaluation.metrics import answer_found_in
-    from search.reranker import Reranker
+    from search.reranker import Reranker, read_selection
 
     row_dir = out / model_row["row"]
     (episodes,) = sorted((row_dir / "trajectories").glob("*.jsonl"))
-    key = {"episodes": str(episodes), "row": model_row, "reranker": str(reranker_dir.resolve()),
-           "selection": json.loads((reranker_dir / "searchsmith_selection.json").read_text(encoding="utf-8"))}
+    key = {"episodes": str(episodes), "row": model_row, "reranker": str(reranker_dir.resolve()), "selection": read_selection(reranker_dir)}
     if (row := cached(out / name / "row.json", key)) is not None:
         return row
     started = time.perf_counter()
@@ -496,6 +495,13 @@ def main() -> None:
             synth_customer = run_customer(args.synth_of)
         except ValueError as error:
             parser.error(f"--synth-of {error}")
+    if args.reranker is not None:
+        from search.reranker import folder_kind
+
+        try:
+            folder_kind(args.reranker)  # before an hour of model rows, not after
+        except FileNotFoundError as error:
+            parser.error(f"--reranker {error}")
     if args.dev_rows is not None:
         unknown = sorted(set(args.dev_rows) - set(DEV_ROWS))
         if unknown or not args.dev_rows:
