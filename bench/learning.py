@@ -288,7 +288,7 @@ def selected_row(name: str, model_row: dict[str, Any], tasks, backend, out: Path
     from agent.selection import select
     from agent.trajectory import read_jsonl
     from evaluation.bootstrap import bootstrap_mean
-    from evaluation.metrics import answer_found_in
+    from evaluation.metrics import score_trajectory
     from search.reranker import Reranker, read_selection
 
     row_dir = out / model_row["row"]
@@ -303,10 +303,8 @@ def selected_row(name: str, model_row: dict[str, Any], tasks, backend, out: Path
         task = by_id[trajectory.task_id]
         if trajectory.seen_doc_ids():
             trajectory.final_ranking = select(trajectory, task.question, backend, reranker, K, policy=f"{model_row['policy']}+rerank")
-        returned = set(trajectory.output_doc_ids()[:K])
-        gold = task.gold.doc_ids
-        scores.append({"task_id": task.task_id, "answer_found": float(answer_found_in(returned, task.gold)),
-                       "recall": len(gold & returned) / len(gold) if gold else 0.0})
+        score = score_trajectory(trajectory, task.gold, K)  # the benchmark's own scorer
+        scores.append({"task_id": task.task_id, "answer_found": score.answer_found, "recall": score.recall})
     (out / name / "scores").mkdir(parents=True, exist_ok=True)
     (out / name / "scores" / "selected.jsonl").write_text("".join(json.dumps(score) + "\n" for score in scores), encoding="utf-8")
     found, recall = (bootstrap_mean([score[metric] for score in scores]) for metric in ("answer_found", "recall"))
