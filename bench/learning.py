@@ -1,7 +1,7 @@
 """The learning curve of the recipe on real questions it never trained on.
 
     .venv/bin/python bench/learning.py --size cpu|gpu|smoke [--question-style cloze|natural] [--init-adapter SEARCHER]
-        [--sft-steps N] [--teacher-tasks N] [--final-answer-weight W] [--answer-steps N [--answer-target gold|teacher]
+        [--sft-steps N] [--teacher-tasks N] [--final-answer-weight W] [--answer-steps N [--answer-target gold|teacher] [--answer-order ranked|reading]
         [--answer-learning-rate LR]] [--skip-rl | --skip-rl-dev-row] [--skip-synth] [--out DIR] [--work DIR]
     .venv/bin/python bench/learning.py --size cpu --question-style natural --student ADAPTER [--synth-of RUN [--skip-dev]] [--dev-rows hybrid,sft]
         [--reranker DIR]
@@ -129,7 +129,7 @@ def write_corpus(records_path: Path, folder: Path) -> int:
 
 def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze", init_adapter: str | None = None,
                   final_answer_weight: float = 1.0, answer_steps: int = 0, answer_target: str = "gold",
-                  answer_learning_rate: float = 0.0) -> Path:
+                  answer_learning_rate: float = 0.0, answer_order: str = "ranked") -> Path:
     """The learning customer. With `init_adapter` (a packaged searcher's name) SFT continues that
     adapter, in its own shape, with the data drawn in the next order (the seed its last run used,
     plus one): the searchers this project ships were trained by this script on the same tasks, and
@@ -149,7 +149,7 @@ def customer_file(work: Path, size: Size, name: str, question_style: str = "cloz
             "sft": {"max_length": 4096, "max_steps": size.sft_steps, "batch_size": 1, "grad_accum": size.grad_accum,
                     "learning_rate": size.learning_rate, "final_answer_weight": final_answer_weight,
                     **({"answer_steps": answer_steps, "answer_learning_rate": answer_learning_rate or ANSWER_LEARNING_RATE,
-                        "answer_target": answer_target} if answer_steps else {})},
+                        "answer_target": answer_target, "answer_order": answer_order} if answer_steps else {})},
             "rl": {"steps": size.rl_steps, "group_size": size.group_size, "tasks_per_step": size.rl_tasks_per_step,
                    "substeps": 1, "max_new_tokens": size.max_new_tokens, "rollout_workers": 1, "checkpoint_every": 1,
                    "learning_rate": 2e-5, "temperature": 1.0},
@@ -433,6 +433,10 @@ def main() -> None:
     parser.add_argument("--answer-target", choices=("gold", "teacher"), default="gold",
                         help="with --answer-steps: the answers taught (sft.answer_target): gold relabels the teacher's "
                              "from the verified task, teacher keeps them as written; the run's home is suffixed with teacher")
+    parser.add_argument("--answer-order", choices=("ranked", "reading"), default="ranked",
+                        help="with --answer-steps: the order answers are taught in (sft.answer_order): ranked as written, "
+                             "reading lists their first 5 references as shown (scored as a set at k=5); the run's home "
+                             "is suffixed with reading")
     parser.add_argument("--answer-learning-rate", type=float, default=None, metavar="LR",
                         help=f"with --answer-steps: the phase's learning rate (default {ANSWER_LEARNING_RATE:g}); the run's "
                              "home is suffixed with it")
@@ -447,8 +451,8 @@ def main() -> None:
         parser.error("--final-answer-weight shapes SFT; --student trains nothing")
     if args.answer_steps < 0 or (args.answer_steps and args.student):
         parser.error(f"--answer-steps {args.answer_steps}: " + ("must be at least 0" if args.answer_steps < 0 else "--student trains nothing"))
-    if (args.answer_target != "gold" or args.answer_learning_rate is not None) and not args.answer_steps:
-        parser.error("--answer-target and --answer-learning-rate shape the answer-choice phase: they need --answer-steps")
+    if (args.answer_target != "gold" or args.answer_order != "ranked" or args.answer_learning_rate is not None) and not args.answer_steps:
+        parser.error("--answer-target, --answer-order and --answer-learning-rate shape the answer-choice phase: they need --answer-steps")
     if args.answer_learning_rate is not None and args.answer_learning_rate <= 0:
         parser.error(f"--answer-learning-rate {args.answer_learning_rate}: must be positive")
     if args.sft_steps is not None:
@@ -474,6 +478,8 @@ def main() -> None:
         label += f"-answer-steps-{args.answer_steps}"
         if args.answer_target != "gold":
             label += f"-{args.answer_target}"
+        if args.answer_order != "ranked":
+            label += f"-{args.answer_order}"
         if args.answer_learning_rate is not None:
             label += f"-lr-{args.answer_learning_rate:g}"
     if args.student:
@@ -540,7 +546,7 @@ def main() -> None:
         n_docs = write_corpus(records, work / "customers" / "corpus")
         customer = customer_file(work / "customers", size, name, args.question_style, args.init_adapter,
                                  args.final_answer_weight, args.answer_steps, args.answer_target,
-                                 args.answer_learning_rate or 0.0)
+                                 args.answer_learning_rate or 0.0, args.answer_order)
         stage = time.perf_counter()
         cli(["customers", "add", str(customer)], env, log)
         synced = cli(["sync", name], env, log)

@@ -92,6 +92,10 @@ class SFTSettings(_Strict):
     answer_target: Literal["gold", "teacher"] = Field(
         "gold", description="gold: the teacher's answer relabelled from the verified task (answer documents first); "
                             "teacher: as the teacher wrote it")
+    answer_order: Literal["ranked", "reading"] = Field(
+        "ranked", description="ranked: the answer-choice phase teaches compact answers most relevant first; reading: "
+                              "their first max_output_docs references in the order shown (scored as a set at k, so "
+                              "the student's counting form is kept and only which references to skip is taught)")
     answer_train_opening: bool = Field(
         False, description="train the answer's opening ('[') in the answer-choice phase too; off: only the choice is "
                            "trained there, the decision to answer is the episodes' (training.answer_choice)")
@@ -99,8 +103,8 @@ class SFTSettings(_Strict):
     def identity(self) -> dict[str, Any]:
         """The settings that decide the trained weights. With no answer-choice phase its fields are
         left out, so an adapter trained before they existed is still reused, not paid for again."""
-        if self.answer_steps:
-            return self.model_dump()
+        if self.answer_steps:  # the default order is left out too: adapters trained before it existed are reused
+            return self.model_dump(exclude={"answer_order"} if self.answer_order == "ranked" else set())
         return self.model_dump(exclude={name for name in type(self).model_fields if name.startswith("answer_")})
 
     @model_validator(mode="after")

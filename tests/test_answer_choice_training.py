@@ -13,7 +13,7 @@ from agent.adapter_sidecar import read_sidecar
 from core.training_settings import LoraSettings, SFTSettings
 from evaluation.metrics import Gold
 from tests.support.tiny_models import TinyBackend, tiny_model_dir
-from training.answer_choice import answer_loss, answer_samples, gold_first_answer, train_answer_choice
+from training.answer_choice import answer_loss, answer_samples, gold_first_answer, in_reading_order, train_answer_choice
 from training.sft_samples import IGNORE_INDEX, tokenize_turn, turn_chat
 
 COMPACT = HarnessConfig(view="compact", token_budget=2048, response_reserve_tokens=256, search_budget_tokens=512,
@@ -180,7 +180,28 @@ def test_run_sft_adds_the_phase_and_its_figures_and_leaves_old_runs_reusable(tok
     with pytest.raises(ValueError, match="golds"):
         run_sft([trajectory], str(model_dir), tmp_path / "again", sft=sft)
     # the phase's settings join an SFT run's identity only when the phase runs
-    phase = {"answer_steps", "answer_batch_size", "answer_learning_rate", "answer_target", "answer_train_opening"}
+    phase = {"answer_steps", "answer_batch_size", "answer_learning_rate", "answer_target", "answer_order", "answer_train_opening"}
     assert SFTSettings().identity() == SFTSettings().model_dump(exclude=phase)
     assert SFTSettings(answer_target="teacher").identity() == SFTSettings().identity()
     assert SFTSettings(answer_steps=4).identity()["answer_steps"] == 4
+    # the default order leaves a phase's identity as it was before the order existed; reading changes it
+    assert "answer_order" not in SFTSettings(answer_steps=4).identity()
+    assert SFTSettings(answer_steps=4, answer_order="reading").identity() != SFTSettings(answer_steps=4).identity()
+
+
+def test_reading_order_teaches_the_first_k_references_as_shown(tokenizer):
+    """Scored as a set at k, an answer's order carries nothing: in reading order the answer keeps
+    its first `max_docs` references (what the harness would keep) and lists them as shown."""
+    assert in_reading_order("[7] [2] [9] [2] [4]", max_docs=3) == "[2] [7] [9]"
+    assert in_reading_order("No supporting documents were found.", max_docs=3) == "No supporting documents were found."
+    trajectory = episode(tokenizer, "[3] [1] [2]")
+    [ranked] = answer_samples([trajectory], tokenizer, max_docs=2)
+    [reading] = answer_samples([trajectory], tokenizer, max_docs=2, reading_order=True)
+    assert not ranked.relabelled and reading.relabelled
+    assert ranked.input_ids[: ranked.answer_start] == reading.input_ids[: reading.answer_start]  # same prompt
+    assert tokenizer.decode(reading.input_ids[reading.answer_start:]).startswith("1] [3]")  # [3] [1] kept, as shown
+    gold = Gold(doc_ids=frozenset({"quell"}), answer="Lisbon", answer_doc_ids=frozenset({"quell"}))
+    [both] = answer_samples([trajectory], tokenizer, golds={"t": gold}, max_docs=3, reading_order=True)
+    taught = tokenizer.decode(both.input_ids[both.answer_start:])
+    numbers = [int(n) for n in taught.replace("[", " ").replace("]", " ").split() if n.isdigit()]
+    assert numbers == sorted(numbers) and reference_of(trajectory, "quell") in numbers  # the hindsight set, as shown

@@ -109,6 +109,8 @@ def test_a_learning_run_names_a_dev_row_it_does_not_know():
     assert result.returncode == 2 and "--skip-dev runs none" in result.stderr
     result = subprocess.run([sys.executable, str(bench), "--answer-target", "teacher"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "they need --answer-steps" in result.stderr
+    result = subprocess.run([sys.executable, str(bench), "--answer-order", "reading"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "they need --answer-steps" in result.stderr
     result = subprocess.run([sys.executable, str(bench), "--reranker", "/no/such/reranker"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--reranker reranker folder not found or not a model: /no/such/reranker" in result.stderr
 

@@ -101,6 +101,18 @@ def gold_first_answer(trajectory: Trajectory, gold_doc_ids: frozenset[str], answ
     return answer[:max_docs]
 
 
+def in_reading_order(answer: str, max_docs: int) -> str:
+    """A compact answer's first `max_docs` references, in the order they were shown (ascending).
+
+    Why: the benchmark and the reward score the first k documents as a set (answer found, recall,
+    the RL reward at k = `max_output_docs`), so the order inside such an answer carries nothing. A
+    compact-view student writes its references counting up (`bench/answer_choice.py`); taught in
+    reading order, an answer has the form the student already writes, and what is left to learn
+    is the choice: which references to skip. An answer with no references is returned as it is."""
+    numbers = list(dict.fromkeys(int(m) for m in _REFERENCE.findall(answer)))[:max_docs]
+    return " ".join(f"[{n}]" for n in sorted(numbers)) if numbers else answer
+
+
 def opening_tokens(tokenizer: Any, answer_ids: Sequence[int], opening: str) -> int:
     """How many of the answer's first tokens spell `opening` (leading whitespace aside); 0 when
     they do not begin with it."""
@@ -116,11 +128,13 @@ def opening_tokens(tokenizer: Any, answer_ids: Sequence[int], opening: str) -> i
 
 def answer_samples(
     trajectories: Sequence[Trajectory], tokenizer: Any, *, golds: Mapping[str, Any] | None = None, max_docs: int = 5,
-    max_length: int | None = None, train_opening: bool = False,
+    max_length: int | None = None, train_opening: bool = False, reading_order: bool = False,
 ) -> list[AnswerSample]:
     """One sample per trajectory's final answer; with `golds` (task id -> `evaluation.metrics.Gold`)
-    compact-view answers are relabelled gold-first. Answers longer than `max_length` are left out.
-    Unless `train_opening`, the answer's opening belongs to the prompt (see the module docstring)."""
+    compact-view answers are relabelled gold-first, and with `reading_order` their first `max_docs`
+    references are taught in the order shown (`in_reading_order`). Answers longer than `max_length`
+    are left out. Unless `train_opening`, the answer's opening belongs to the prompt (see the module
+    docstring)."""
     end_ids = end_token_ids(tokenizer)
     samples: list[AnswerSample] = []
     for trajectory in trajectories:
@@ -134,6 +148,11 @@ def answer_samples(
             references = gold_first_answer(trajectory, gold.doc_ids, gold.answer_doc_ids, max_docs)
             text = " ".join(f"[{n}]" for n in references)
             if text and text != (reply.get("content") or "").strip():
+                reply, relabelled = {"role": "assistant", "content": text}, True
+        if reading_order and trajectory.config.get("view") == "compact":
+            written = (reply.get("content") or "").strip()
+            text = in_reading_order(written, max_docs)
+            if text != written:
                 reply, relabelled = {"role": "assistant", "content": text}, True
         input_ids, labels = tokenize_turn(tokenizer, prompt, reply, tools, end_ids)
         if max_length is not None and len(input_ids) > max_length:

@@ -387,7 +387,8 @@ def run_sft(
             raise ValueError("sft.answer_target gold relabels answers from the verified tasks: pass their golds")
         max_docs = (harness_profile or _recorded_profile(trajectories)).get("max_output_docs", 5)
         answers = answer_samples(trajectories, load_tokenizer(base_model), golds=golds if sft.answer_target == "gold" else None,
-                                 max_docs=max_docs, max_length=sft.max_length, train_opening=sft.answer_train_opening)
+                                 max_docs=max_docs, max_length=sft.max_length, train_opening=sft.answer_train_opening,
+                                 reading_order=sft.answer_order == "reading")
     if harness_profile is None:  # the trajectories were recorded under one profile: the first says which
         harness_profile = _recorded_profile(trajectories)
     return train_sft(samples, base_model, output_dir, lora=lora, sft=sft, device=device,
