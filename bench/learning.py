@@ -129,16 +129,17 @@ def write_corpus(records_path: Path, folder: Path) -> int:
 
 def customer_file(work: Path, size: Size, name: str, question_style: str = "cloze", init_adapter: str | None = None,
                   final_answer_weight: float = 1.0, answer_steps: int = 0, answer_target: str = "gold",
-                  answer_learning_rate: float = 0.0, answer_order: str = "ranked") -> Path:
+                  answer_learning_rate: float = 0.0, answer_order: str = "ranked", max_hops: int = 2) -> Path:
     """The learning customer. With `init_adapter` (a packaged searcher's name) SFT continues that
     adapter, in its own shape, with the data drawn in the next order (the seed its last run used,
     plus one): the searchers this project ships were trained by this script on the same tasks, and
     a run of 30 steps sees about a quarter of the samples, so a continuation in the same order
-    would see exactly the samples the searcher has already seen."""
+    would see exactly the samples the searcher has already seen. Tasks chain to `max_hops`
+    documents, 2 by default: the compact profile's 4 turns leave the student no room for more."""
     settings = {
         "name": name, "domain": "web", "schedule": "0 3 * * *",
         "sources": [{"type": "local", "path": "./corpus", "include": ["**/*.md"], "exclude": []}],
-        "tasks": {"generator": "extractive", "question_style": question_style, "max_seeds": size.seeds, "max_hops": 2,
+        "tasks": {"generator": "extractive", "question_style": question_style, "max_seeds": size.seeds, "max_hops": max_hops,
                   "distractors_per_task": 0},
         "benchmark": {"k": K},
         "training": {

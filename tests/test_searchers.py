@@ -95,6 +95,30 @@ def test_a_student_is_measured_on_the_synthetic_split_of_the_run_it_names(tmp_pa
         run_customer(tmp_path)
 
 
+def test_the_reranker_benchmark_builds_the_learning_customer_at_the_products_chain_depth(tmp_path, monkeypatch):
+    """`bench/reranker_dev.py` trains the reranker on the learning customer's corpus and natural
+    questions, but with tasks chained to the product's default depth (the student's customer stops
+    at 2) and, when asked, a cap on its train tasks: a file the product itself accepts."""
+    import bench.learning as learning
+    from bench.reranker_dev import build_customer
+    from core.config import load_customer
+    from core.task_settings import DEFAULT_MAX_HOPS
+
+    records = tmp_path / "dev.jsonl"
+    records.write_text(json.dumps({"id": "q1", "question": "Who?", "answer": "A", "dataset": "hotpotqa",
+                                   "paragraphs": [{"title": "Alpha", "text": "Alpha is a town.", "is_supporting": True}]}) + "\n")
+    monkeypatch.setattr(learning, "dev_file", lambda: records)
+    path, env = build_customer(tmp_path / "work", 50, DEFAULT_MAX_HOPS, 300)
+    customer = load_customer(path)
+    assert customer.tasks.max_hops == DEFAULT_MAX_HOPS > 2
+    assert customer.tasks.question_style == "natural"
+    assert customer.training.reranker.max_tasks == 300 and customer.training.reranker.chain_pairs
+    assert env["SEARCHSMITH_HOME"] == str(tmp_path / "work" / "home")
+    assert [p.read_text() for p in (path.parent / "corpus").glob("*.md")] and "Who?" not in "".join(
+        p.read_text() for p in (path.parent / "corpus").glob("*.md"))
+    assert load_customer(learning.customer_file(tmp_path, learning.SIZES["smoke"], "student", "natural")).tasks.max_hops == 2
+
+
 def test_a_learning_run_names_a_dev_row_it_does_not_know():
     """`bench/learning.py --dev-rows` picks rows by name (one adapter's row without the base
     model's half hour); a misspelt row is refused with the rows there are, before any work."""
