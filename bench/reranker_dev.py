@@ -17,8 +17,8 @@ What it does, as a customer would (every training step is the `searchsmith` CLI 
 
 A rerun reuses every stage whose inputs are unchanged (the pipeline's own reuse), so it resumes.
 It prints the reranker's training figures, its dev-split check and calibration, then the dev table.
-On 2 cores: sync about 1 minute, the reranker 40-70 minutes (about 5 pairs/s in bf16 on an
-AVX512-BF16 CPU), the four candidates about 6 minutes with a cached index.
+On 2 cores: sync about 2 minutes, the reranker 40-80 minutes (3.7-4.9 pairs/s in bf16 on
+AVX512-BF16 CPUs: AMD EPYC, Xeon with AMX), the four candidates about 13 minutes.
 """
 
 from __future__ import annotations
