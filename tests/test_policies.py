@@ -593,7 +593,7 @@ def test_prompts_as_tokens_against_real_vllm(openai_server, smollm2_dir):
 
 # ---- the heuristic policy's pure helpers and its bridge hop, on hand-made chunks -----------
 
-from agent.policies.heuristic import HeuristicEpisode  # noqa: E402
+from agent.policies.heuristic import HeuristicEpisode, Weights  # noqa: E402
 from agent.policies.heuristic_text import entity_spans, normalize, question_terms, title_keys  # noqa: E402
 
 ALL_TOOLS = [{"type": "function", "function": {"name": name}} for name in ("search_corpus", "grep_corpus", "read_document", "prune_chunks")]
@@ -671,6 +671,29 @@ def test_answer_keeps_a_slot_for_the_bridge_document():
         step = episode.act(_tool_results(step, {}), ALL_TOOLS)
     docs = [doc for doc, _ in episode._answer_ranking()]
     assert docs.index("d_Windhoek") < 3
+
+
+def test_free_answer_slots_go_to_the_question_words_not_yet_covered():
+    """After the chain's slots, a document adding the words the question asks of the last hop
+    (`stalemate`, `end`) is answered before one that scores a little higher on words the first
+    document already covers (`war`, `troops`, `approached`); without coverage it is the other way."""
+    question = "When did the stalemate end in the war where UN troops approached the Gisvi River?"
+    results = {0: [
+        ("Gisvi River", "In the war of 1950, UN troops approached the Gisvi River."),
+        ("Tarsan War", "The stalemate began in 1951 and would end in 1953."),
+        ("Old Bridge", "In the war the old bridge was destroyed when UN troops approached it."),
+    ]}
+    answers = {}
+    for coverage in (0.0, Weights().coverage):
+        episode = HeuristicEpisode(question, max_docs=2, weights=Weights(coverage=coverage))
+        step = episode.act([], ALL_TOOLS)
+        step = episode.act(_tool_results(step, results), ALL_TOOLS)
+        while step.tool_calls:
+            step = episode.act(_tool_results(step, {}), ALL_TOOLS)
+        answers[coverage] = [doc for doc, _ in episode._answer_ranking()]
+        assert dict(episode._doc_ranking())["d_Old_Bridge"] > dict(episode._doc_ranking())["d_Tarsan_War"]
+    assert answers[0.0][:2] == ["d_Gisvi_River", "d_Old_Bridge"]
+    assert answers[Weights().coverage][:2] == ["d_Gisvi_River", "d_Tarsan_War"]
 
 
 def test_heuristic_episode_is_deterministic_for_seed_zero():

@@ -19,7 +19,8 @@ results back from its messages) and follows the Context-1 playbook for multi-hop
    question entities in title/text, and a link to a bridge entity found by an earlier hop;
    each hop of the chain keeps an early slot (the best document, the document titled by each
    question entity, the strongest bridge's document when it covers the question's remaining
-   words), and the list is filled up to `max_docs` (an empty slot can only lose recall).
+   words), and the list is filled up to `max_docs` (an empty slot can only lose recall), each
+   free slot by score plus the question words the document adds to those already chosen.
 
 Bridges are read from the document titled by a question entity first (the first hop's
 answer), then from the best documents; a bridge is a name such a document links to, not its
@@ -37,7 +38,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from agent.final_answer import format_final_answer
@@ -72,6 +73,7 @@ class Weights:
     bridge: float = 1.2
     link: float = 0.5
     keep_fraction: float = 0.0  # answer with documents scoring at least this fraction of the best (0: all, up to max_docs)
+    coverage: float = 0.75  # the answer's free slots: weight of the question words a document adds to those already chosen
 
 
 @dataclass
@@ -114,7 +116,7 @@ class HeuristicEpisode:
         self.weights = weights or Weights()
         if seed:
             w = self.weights
-            self.weights = Weights(*(value * self.rng.uniform(0.75, 1.25) for value in (w.rank, w.lexical, w.entity, w.bridge, w.link, w.keep_fraction)))
+            self.weights = Weights(**{f.name: getattr(w, f.name) * self.rng.uniform(0.75, 1.25) for f in fields(w)})
         self.hops = hops
         self.max_docs = max_docs
         self.read_docs = read_docs
@@ -346,12 +348,7 @@ class HeuristicEpisode:
     def _base_scores(self) -> dict[str, float]:
         """Evidence from the chunk alone: its rank, question-term overlap, question entities."""
         w = self.weights
-        n = max(1, len(self.seen))
-        df: dict[str, int] = {}
-        for chunk in self.seen.values():
-            for term in chunk.terms:
-                df[term] = df.get(term, 0) + 1
-        idf = {t: math.log(1 + n / (1 + df.get(t, 0))) for t in self.q_terms}
+        idf = self._idf()
         total_idf = sum(idf.values()) or 1.0
         entities = self.q_norm_entities
         scores = {}
@@ -361,6 +358,12 @@ class HeuristicEpisode:
             entity = max([title_match(e, chunk.keys) or (0.4 if has_phrase(chunk.lower, e) else 0.0) for e in entities], default=0.0)
             scores[chunk.chunk_id] = w.rank * rank + w.lexical * lexical + w.entity * entity
         return scores
+
+    def _idf(self) -> dict[str, float]:
+        """Each question term's idf over the chunks seen in the episode."""
+        n = max(1, len(self.seen))
+        df = {t: sum(1 for c in self.seen.values() if t in c.terms) for t in self.q_terms}
+        return {t: math.log(1 + n / (1 + df[t])) for t in self.q_terms}
 
     def _anchors(self, scores: dict[str, float], count: int) -> list[Seen]:
         """The best chunk of each of the `count` best documents."""
@@ -443,8 +446,35 @@ class HeuristicEpisode:
                 lambda c: (title_match(low, c.keys) > 0 or (c.source == name and has_phrase(c.lower, low)))
                 and sum(t in c.terms for t in wanted) >= 0.5 * len(wanted)
             )
-        order = list(dict.fromkeys([*slots, *(doc for doc, _ in ranked)]))
+        order = self._fill_by_coverage(list(dict.fromkeys(slots)), score)
         return [(doc, score[doc]) for doc in order]
+
+    def _fill_by_coverage(self, order: list[str], score: dict[str, float]) -> list[str]:
+        """After the chain's slots, each free slot goes to the document whose score plus the
+        idf-weighted share of question words it adds to those the answer already covers is
+        highest: a second paragraph of the same article, or another hit on the words the first
+        hop matched, adds nothing, while the paragraph with the words the question asks of the
+        last hop (`stalemate`, `employer`) does. Measured on the dev file (453 questions, k=5):
+        answer found 0.812 -> 0.821 (MuSiQue 0.490 -> 0.529, HotpotQA unchanged; 5 answers won,
+        1 lost; both halves of a split by task id gained), at weight 0.75 and 0.819 at 1.5."""
+        idf = self._idf()
+        total = sum(idf.values()) or 1.0
+        terms: dict[str, set[str]] = {}
+        for chunk in self.seen.values():
+            terms.setdefault(chunk.doc_id, set()).update(chunk.terms)
+        covered = set().union(*(terms[doc] for doc in order))
+        rest = [doc for doc in score if doc not in order]
+
+        def gain(doc: str) -> float:
+            added = sum(idf[t] for t in self.q_terms if t in terms[doc] and t not in covered)
+            return score[doc] + self.weights.coverage * added / total
+
+        while rest and len(order) < self.max_docs:
+            best = max(rest, key=gain)
+            order.append(best)
+            rest.remove(best)
+            covered |= terms[best]
+        return order + sorted(rest, key=score.__getitem__, reverse=True)
 
     def _answer(self) -> PolicyStep:
         ranked = self._answer_ranking()
