@@ -2,7 +2,7 @@
 paragraphs (never its questions), then selection with it on the dev file's real questions.
 
     .venv/bin/python bench/reranker_dev.py [--seeds 1200] [--max-hops 4] [--max-train-tasks N]
-        [--policies hybrid,hybrid+rerank,heuristic,heuristic+rerank] [--work DIR] [--out DIR]
+        [--policies hybrid,hybrid+rerank,heuristic,heuristic+rerank] [--work DIR] [--out DIR] [--against-start]
 
 What it does, as a customer would (every training step is the `searchsmith` CLI in its own home):
 1. builds `bench/learning.py`'s customer (one Markdown file per distinct dev paragraph, natural
@@ -13,7 +13,11 @@ What it does, as a customer would (every training step is the `searchsmith` CLI 
    packaged MiniLM, chain pairs, the dev-split check and the selection calibration per kind of
    candidate). `--max-train-tasks` caps the train tasks, first in file order, to compare depths at
    one training budget;
-3. `bench/bench_dev.py --reranker` with that reranker on every dev question at k=5.
+3. `bench/bench_dev.py --reranker` with that reranker on every dev question at k=5;
+4. with `--against-start`, the untrained start (the packaged MiniLM) calibrated by the same rule on
+   the same synthetic dev tasks (`training.per_customer.calibrated_start`), its `+rerank` candidates
+   on the same questions, and each trained row against the start's, paired (`bench/paired.py`):
+   the recipe's claim is that training on the customer's own tasks, not the start, is what helps.
 
 A rerun reuses every stage whose inputs are unchanged (the pipeline's own reuse), so it resumes.
 It prints the reranker's training figures, its dev-split check and calibration, then the dev table.
@@ -68,6 +72,41 @@ def train_reranker(work: Path, path: Path, env: dict[str, str]) -> dict:
     return learning.cli(["finetune", NAME, "--stage", "reranker"], env, log)
 
 
+def calibrate_start(folder: Path) -> None:
+    """In the customer's environment (a child process): the start calibrated as the trained reranker was."""
+    from core.layout import final_tasks_key
+    from core.registry import CustomerRegistry
+    from orchestration.runner import open_index, resources
+    from synth.per_customer import load_tasks
+    from training.per_customer import calibrated_start
+
+    config = CustomerRegistry().get(NAME)
+    store = resources().store.get()
+    index, chunks = open_index(NAME)
+    calibrated_start(load_tasks(store, final_tasks_key(NAME)), chunks, index,
+                     config.training.reranker, folder, k=config.benchmark.k)
+
+
+def against_start(work: Path, env: dict[str, str], policies: str, trained_out: Path) -> None:
+    """The start's `+rerank` rows on the same questions, and each trained row minus the start's, paired."""
+    import subprocess
+
+    from bench import bench_dev, paired
+
+    rerank = [policy for policy in policies.split(",") if policy.endswith("+rerank")]
+    if not rerank:
+        raise SystemExit("--against-start compares +rerank candidates; --policies names none")
+    folder = work / "start-reranker"
+    done = subprocess.run([sys.executable, __file__, "--calibrate-start", str(folder)], env=env, cwd=REPO)
+    if done.returncode != 0:
+        raise SystemExit(f"calibrating the untrained start failed (exit {done.returncode})")
+    start_out = work / "dev-start"
+    bench_dev.main(["--policies", ",".join(rerank), "--reranker", str(folder), "--out", str(start_out)])
+    for policy in rerank:
+        print(f"\n{policy}: trained reranker (A) against its untrained start (B), calibrated alike", flush=True)
+        paired.main([f"{trained_out}:{policy}", f"{start_out}:{policy}"])
+
+
 def summary(result: dict) -> str:
     train, dev, selection = result["train"], result.get("dev") or {}, result.get("selection") or {}
     lines = [f"reranker {result['path']}",
@@ -89,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=DEFAULT_POLICIES)
     parser.add_argument("--work", type=Path, default=None, help="the customer's home (default .searchsmith/reranker-dev-hHOPS)")
     parser.add_argument("--out", type=Path, default=None, help="the dev report (default WORK/dev)")
+    parser.add_argument("--against-start", action="store_true",
+                        help="also the untrained start, calibrated alike, on the +rerank candidates; paired against the trained rows")
+    parser.add_argument("--calibrate-start", type=Path, default=None, help=argparse.SUPPRESS)  # the child process of --against-start
     args = parser.parse_args(argv)
+    if args.calibrate_start:
+        calibrate_start(args.calibrate_start)
+        return 0
     work = (args.work or REPO / ".searchsmith" / f"reranker-dev-h{args.max_hops}").resolve()
     path, env = build_customer(work, args.seeds, args.max_hops, args.max_train_tasks)
     result = train_reranker(work, path, env)
@@ -97,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import bench_dev
 
-    return bench_dev.main(["--policies", args.policies, "--reranker", result["path"], "--out", str(args.out or work / "dev")])
+    out = args.out or work / "dev"
+    status = bench_dev.main(["--policies", args.policies, "--reranker", result["path"], "--out", str(out)])
+    if status == 0 and args.against_start:
+        against_start(work, env, args.policies, out)
+    return status
 
 
 if __name__ == "__main__":

@@ -224,7 +224,7 @@ class RerankerSettings(_Strict):
     `kind`: `bi` (default) fine-tunes the packaged all-MiniLM-L6-v2 bi-encoder, which already ranks
     by relevance (it is hybrid's dense leg), with a ranking loss; `cross` trains a cross-encoder,
     whose start is the same encoder with a fresh head. Measured on the multi-hop dev file (453 real
-    questions, k=5, `bench/bench_dev.py`, README): hybrid 0.653, hybrid+rerank 0.658 with the
+    questions, k=5, `bench/bench_dev.py`, docs/results.md): hybrid 0.653, hybrid+rerank 0.658 with the
     fine-tuned cross-encoder, 0.678 with the fine-tuned bi-encoder. Fields left unset take the kind's defaults
     (`RERANKER_KIND_DEFAULTS`)."""
 
@@ -242,7 +242,7 @@ class RerankerSettings(_Strict):
                               "chains (search.reranker.Reranker.chain_order), which calibration usually picks. On by "
                               "default since 2026-12-07: on the dev file's 453 real questions heuristic+rerank 0.837 "
                               "against 0.817 without (paired +0.020 [0.007, 0.035]), hybrid+rerank 0.689 against 0.675, "
-                              "for 1.55x the training time (README)")
+                              "for 1.55x the training time (docs/results.md)")
     epochs: float = Field(1.0, gt=0)
     batch_size: int = Field(32, ge=1)
     learning_rate: float = Field(2e-5, gt=0)

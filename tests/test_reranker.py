@@ -20,7 +20,8 @@ from evaluation.synth_tasks import tasks_from_synth
 from search.reranker import Reranker
 from synth.generate import generate_tasks
 from tests.test_synth_extractive import demo_frames, demo_index  # noqa: F401 - module fixtures: the demo corpus and its index
-from training.per_customer import RerankerCheckpoint, collect_sft_trajectories, read_reranker, train_reranker_checkpoint, train_tasks
+from training.per_customer import (RerankerCheckpoint, calibrated_start, collect_sft_trajectories, read_reranker,
+                                   train_reranker_checkpoint, train_tasks)
 from training.reranker import Pair, train_reranker, training_pairs
 
 SETTINGS = RerankerSettings(kind="cross", max_tasks=16, distractors=3, hard_negatives=3, batch_size=16, learning_rate=1e-4, eval_tasks=8,
@@ -100,7 +101,7 @@ def test_the_trained_reranker_is_judged_on_the_dev_split_and_kept_in_the_store(t
     if kind == "cross":
         assert checkpoint.beats_start, checkpoint.dev  # the recipe's claim: trained on synthetic tasks, better on unseen ones
     else:  # the bi-encoder's start already ranks this small corpus's dev tasks as well as hybrid's top 10 allows:
-        # training moved its scores and did not lose what the start had (the real-scale claim: README, bench/bench_dev.py)
+        # training moved its scores and did not lose what the start had (the real-scale claim: docs/results.md, bench/bench_dev.py)
         assert checkpoint.dev["trained"]["recall_at_k"] >= checkpoint.dev["start"]["recall_at_k"], checkpoint.dev
         question, texts = "Who wrote it?", ["It was written by a poet.", "A river runs through the valley."]
         trained_scores = Reranker.load(checkpoint.path).score(question, texts)
@@ -216,6 +217,26 @@ def test_a_reranker_calibrated_before_choices_per_kind_is_calibrated_again_once(
     assert again.reused and again.selection == checkpoint.selection  # the same tasks and episodes: the same choices
     assert read_reranker(store, "acme").selection == checkpoint.selection
     assert Reranker.load(checkpoint.path).by_policy  # beside the weights, where selection reads it
+
+
+def test_the_untrained_start_is_calibrated_by_the_trained_rerankers_rule_as_the_baseline_it_must_beat(tasks, demo_frames, demo_index,  # noqa: F811
+                                                                                                        tmp_path):
+    """`bench/reranker_dev.py --against-start`'s baseline: the packaged MiniLM as a reranker folder, with
+    a choice per kind made on the same dev tasks, read by selection as a trained reranker's is."""
+    from search.reranker import start_model_dir
+
+    folder = calibrated_start(tasks, demo_frames[0], demo_index, BI_SETTINGS, tmp_path / "start")
+    import json
+
+    start = Reranker.load(folder)
+    assert start.by_policy.keys() == set(CALIBRATED_POLICIES)
+    calibration = json.loads((folder / "searchsmith_selection.json").read_text())
+    assert all(choice["tasks"] == BI_SETTINGS.eval_tasks for choice in calibration["by_policy"].values())
+    assert (folder / "model.safetensors").read_bytes() == (start_model_dir() / "model.safetensors").read_bytes()  # untrained
+    hybrid = calibration["by_policy"]["hybrid"]
+    assert settings_for(start, "hybrid+rerank") == SelectionSettings(policy_weight=hybrid["policy_weight"], chain_anchors=hybrid["chain_anchors"])
+    with pytest.raises(ValueError, match="kind cross: only a bi-encoder"):
+        calibrated_start(tasks, demo_frames[0], demo_index, SETTINGS, tmp_path / "cross")
 
 
 def test_each_policy_selects_with_its_kinds_choice():

@@ -645,3 +645,29 @@ def train_reranker_checkpoint(customer: str, store: ArtifactStore, backend: Sear
     push_folder(store, out, checkpoint.key)
     store.write_text(reranker_manifest_key(customer), json.dumps(checkpoint.to_dict(), indent=2, default=str))
     return checkpoint
+
+
+def calibrated_start(tasks: list, chunks: Any, backend: SearchBackend, settings: RerankerSettings, out: Path, k: int = 5) -> Path:
+    """The reranker's untrained start as a reranker folder, calibrated by the same rule on the same
+    dev tasks as a trained one (`_calibrate_selection`): the baseline a trained reranker has to beat
+    on real questions for the recipe's claim (training on the customer's own tasks, not the start,
+    is what selection gains from) to hold. `bench/reranker_dev.py --against-start` measures it.
+
+    Only a bi-encoder's start is a folder: a cross-encoder's is the same encoder with a fresh,
+    seeded head, which exists only once it has been built."""
+    import shutil
+
+    from search.reranker import start_model_dir
+
+    if settings.kind != "bi":
+        raise ValueError(f"training.reranker.kind {settings.kind}: only a bi-encoder's untrained start is a folder to calibrate "
+                         "(a cross-encoder starts from a fresh head)")
+    base = Path(settings.base or start_model_dir())
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(base, out)
+    dev = [t for t in tasks if t.split == "dev"][: settings.eval_tasks]
+    if not dev:
+        raise ValueError("no dev-split tasks to calibrate the start on: run `searchsmith tasks CUSTOMER` first")
+    _calibrate_selection(out, dev, chunks, backend, k)
+    return out
