@@ -101,7 +101,8 @@ def against_start(work: Path, env: dict[str, str], policies: str, trained_out: P
     if done.returncode != 0:
         raise SystemExit(f"calibrating the untrained start failed (exit {done.returncode})")
     start_out = work / "dev-start"
-    bench_dev.main(["--policies", ",".join(rerank), "--reranker", str(folder), "--out", str(start_out)])
+    if bench_dev.main(["--policies", ",".join(rerank), "--reranker", str(folder), "--out", str(start_out)]) != 0:
+        raise SystemExit(f"the untrained start's rows failed; see {start_out}")
     for policy in rerank:
         print(f"\n{policy}: trained reranker (A) against its untrained start (B), calibrated alike", flush=True)
         paired.main([f"{trained_out}:{policy}", f"{start_out}:{policy}"])

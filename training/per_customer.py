@@ -662,12 +662,11 @@ def calibrated_start(tasks: list, chunks: Any, backend: SearchBackend, settings:
     if settings.kind != "bi":
         raise ValueError(f"training.reranker.kind {settings.kind}: only a bi-encoder's untrained start is a folder to calibrate "
                          "(a cross-encoder starts from a fresh head)")
-    base = Path(settings.base or start_model_dir())
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.copytree(base, out)
     dev = [t for t in tasks if t.split == "dev"][: settings.eval_tasks]
     if not dev:
         raise ValueError("no dev-split tasks to calibrate the start on: run `searchsmith tasks CUSTOMER` first")
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(Path(settings.base or start_model_dir()), out)
     _calibrate_selection(out, dev, chunks, backend, k)
     return out
